@@ -1,0 +1,144 @@
+// Package objective measures an OpenAI-compatible serving endpoint: workloads,
+// the streaming load generator, metrics, quality gates, audits and the score.
+// It measures a URL; it knows nothing of processes or storage.
+package objective
+
+// Target is the server a workload is run against.
+type Target struct {
+	URL    string // base URL, e.g. http://127.0.0.1:30000
+	Model  string // model name sent in requests; empty means ask /v1/models
+	APIKey string // sent as a Bearer token when set
+}
+
+// Workload is what a trial is measured with.
+type Workload struct {
+	Kind    string      `yaml:"kind" json:"kind"` // "chat" (seed 000) or "matrix" (seed 004)
+	Chat    ChatSpec    `yaml:"chat" json:"chat"`
+	Matrix  MatrixSpec  `yaml:"matrix" json:"matrix"`
+	Quality QualitySpec `yaml:"quality" json:"quality"`
+	// HangTimeout fails a sweep when no token arrives for this long while
+	// requests are in flight (seconds; 0 = default).
+	HangTimeout float64 `yaml:"hang_timeout_s" json:"hang_timeout_s"`
+}
+
+// ChatSpec is the seed-000 sweep: concurrency levels, requests per level, repeats.
+type ChatSpec struct {
+	Concurrency  []int  `yaml:"concurrency" json:"concurrency"`
+	Requests     []int  `yaml:"requests" json:"requests"`
+	MaxTokens    int    `yaml:"max_tokens" json:"max_tokens"`
+	Repeats      int    `yaml:"repeats" json:"repeats"`
+	Warmup       *bool  `yaml:"warmup" json:"warmup"`
+	PromptTokens int    `yaml:"prompt_tokens" json:"prompt_tokens"`
+	PromptsFile  string `yaml:"prompts_file" json:"prompts_file,omitempty"`
+	ReusePrompts bool   `yaml:"reuse_prompts" json:"reuse_prompts"`
+	IgnoreEOS    bool   `yaml:"ignore_eos" json:"ignore_eos"`
+}
+
+// MatrixSpec is the seed-004 context x concurrency speed matrix.
+type MatrixSpec struct {
+	Contexts    []int   `yaml:"contexts" json:"contexts"`
+	Concurrency []int   `yaml:"concurrency" json:"concurrency"`
+	DurationS   float64 `yaml:"duration_s" json:"duration_s"`
+	MaxOutput   int     `yaml:"max_output" json:"max_output"`
+}
+
+// QualitySpec configures the structured-output and tool-call gates.
+type QualitySpec struct {
+	Enabled      bool    `yaml:"enabled" json:"enabled"`
+	JSONRequests int     `yaml:"json_requests" json:"json_requests"` // default 24
+	ToolRequests int     `yaml:"tool_requests" json:"tool_requests"` // default 8
+	MinPass      float64 `yaml:"min_pass" json:"min_pass"`           // fraction that must pass, default 1.0
+}
+
+// Stats summarises a sample (seconds), numpy-style linear percentiles.
+type Stats struct {
+	Mean float64 `json:"mean"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+}
+
+// Audit holds the seed's per-point audit flags.
+type Audit struct {
+	RawCount     bool `json:"raw_count"`
+	Completed    bool `json:"completed"`
+	Failed       bool `json:"failed"`
+	Tokens       bool `json:"tokens"`
+	AllRequested bool `json:"all_requested"`
+}
+
+// Point is one (concurrency, repeat[, context]) measurement.
+type Point struct {
+	Phase        string  `json:"phase,omitempty"` // "", "warmup", "prefill", "decode"
+	Concurrency  int     `json:"concurrency"`
+	Repeat       int     `json:"repeat"`
+	Context      int     `json:"context,omitempty"`
+	State        string  `json:"state"` // passed | failed
+	Status       string  `json:"status,omitempty"` // matrix: Valid, Requests queued, Over capacity, Not run
+	Requested    int     `json:"requested"`
+	Issued       int     `json:"issued"`
+	Completed    int     `json:"completed"`
+	Failed       int     `json:"failed"`
+	OutputTokens int     `json:"output_tokens"`
+	DurationS    float64 `json:"duration_s"`
+	OutputTokS   float64 `json:"output_tok_s"`
+	RequestsPerS float64 `json:"requests_s"`
+	TTFT         Stats   `json:"ttft_s"`
+	Latency      Stats   `json:"latency_s"`
+	ITL          Stats   `json:"itl_s"`
+	Audit        Audit   `json:"audit"`
+}
+
+// Median summarises the repeats at one concurrency.
+type Median struct {
+	Repeats    int     `json:"repeats"`
+	OutputTokS float64 `json:"output_tok_s"`
+	TTFTP50    float64 `json:"ttft_p50_s"`
+	TTFTP99    float64 `json:"ttft_p99_s"`
+	LatencyP99 float64 `json:"latency_p99_s"`
+}
+
+// QualitySummary is shaped like the seed's: {"json": "24/24", "tool": "8/8"}.
+type QualitySummary struct {
+	JSON string `json:"json"`
+	Tool string `json:"tool"`
+}
+
+// QualityCheck is one run of the quality gates.
+type QualityCheck struct {
+	Summary   QualitySummary `json:"summary"`
+	JSONPass  int            `json:"json_pass"`
+	JSONTotal int            `json:"json_total"`
+	ToolPass  int            `json:"tool_pass"`
+	ToolTotal int            `json:"tool_total"`
+	Pass      bool           `json:"pass"`
+}
+
+// Quality holds the gates run before and after the sweep.
+type Quality struct {
+	Before *QualityCheck `json:"before,omitempty"`
+	After  *QualityCheck `json:"after,omitempty"`
+}
+
+// Result is everything one workload run measured. It is returned even when
+// the run ended early with an error, holding the points completed so far.
+type Result struct {
+	Points  []Point        `json:"points"`
+	Medians map[int]Median `json:"medians"`
+	Quality *Quality       `json:"quality,omitempty"`
+}
+
+// ScoreSpec says which single number a study maximises.
+type ScoreSpec struct {
+	// Metric: "output_tok_s" (default), "goodput" or "capacity".
+	Metric      string `yaml:"metric" json:"metric"`
+	Concurrency int    `yaml:"concurrency" json:"concurrency"` // target level for output_tok_s/goodput
+	SLO         []SLO  `yaml:"slo" json:"slo"`
+}
+
+// SLO bounds one percentile of a latency metric, in seconds.
+type SLO struct {
+	Metric     string  `yaml:"metric" json:"metric"`         // ttft | latency | itl
+	Percentile string  `yaml:"percentile" json:"percentile"` // mean | p50 | p90 | p99
+	Max        float64 `yaml:"max_s" json:"max_s"`
+}
