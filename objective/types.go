@@ -73,7 +73,7 @@ type Point struct {
 	Concurrency  int     `json:"concurrency"`
 	Repeat       int     `json:"repeat"`
 	Context      int     `json:"context,omitempty"`
-	State        string  `json:"state"` // passed | failed
+	State        string  `json:"state"`            // passed | failed
 	Status       string  `json:"status,omitempty"` // matrix: Valid, Requests queued, Over capacity, Not run
 	Requested    int     `json:"requested"`
 	Issued       int     `json:"issued"`

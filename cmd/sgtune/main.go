@@ -92,4 +92,3 @@ script.`,
 	)
 	return root
 }
-
