@@ -1,11 +1,30 @@
 // Package launcher starts, watches and stops serving-engine processes. It
 // parses facts from their startup logs and classifies how they ended. It does
 // not measure.
+//
+// A server runs in its own process group with Pdeathsig, on a free port of
+// 127.0.0.1, with its combined output copied through a redacting writer into
+// one log file per trial. Start returns when the server is ready (process
+// alive, the ready line logged, /health_generate 200), when it died (within
+// milliseconds of the exit), or at the startup timeout. Stop ends the whole
+// group and waits until the port, and with nvidia-smi the GPUs, are free.
 package launcher
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"time"
 )
 
@@ -20,57 +39,638 @@ const (
 	ClassBadCommand          = "bad_command"
 )
 
+// Defaults for Spec's zero values.
+const (
+	DefaultStartupTimeout = 20 * time.Minute
+	DefaultGrace          = 10 * time.Second
+	// PortAttempts is how many ports Start tries when the server reports
+	// its port taken before becoming ready.
+	PortAttempts = 3
+)
+
 // Spec is one server to start.
 type Spec struct {
 	Argv           []string      // program and flags, without --host/--port (the launcher adds them)
-	Env            []string      // extra KEY=VALUE entries
+	Env            []string      // extra KEY=VALUE entries (they win over the inherited ones)
 	GPUs           []int         // exported as CUDA_VISIBLE_DEVICES when non-empty
-	LogPath        string        // the server's combined stdout/stderr
-	StartupTimeout time.Duration // 0 means 20 minutes
-	APIKey         string        // used for readiness probes only; never logged
+	LogPath        string        // the server's combined stdout/stderr; "" keeps only the in-memory tail
+	StartupTimeout time.Duration // 0 means DefaultStartupTimeout
+	APIKey         string        // sent as a Bearer token on readiness probes; redacted from log, tail and excerpts
+	Secrets        []string      // more strings redacted like APIKey
+	Grace          time.Duration // SIGTERM to SIGKILL on Stop and after a startup timeout; 0 means DefaultGrace
+	// ReleaseTimeout bounds the waits after the group is gone (port free,
+	// GPUs released); 0 means 2 minutes.
+	ReleaseTimeout time.Duration
 }
 
 // Facts are what the startup log says about the server.
 type Facts struct {
 	MaxTotalNumTokens           int     `json:"max_total_num_tokens"`
-	MaxRunningRequests          int     `json:"max_running_requests"`
+	MaxRunningRequests          int     `json:"max_running_requests"`                     // effective, per DP worker
 	RequestedMaxRunningRequests int     `json:"requested_max_running_requests,omitempty"` // from the reduction warning
+	ReducedMaxRunningRequests   int     `json:"reduced_max_running_requests,omitempty"`   // the warning's "to B"
 	MambaCacheSize              int     `json:"max_mamba_cache_size,omitempty"`
+	KVCacheTokens               int     `json:"kv_cache_tokens,omitempty"` // "KV Cache is allocated. ... #tokens: N"
 	ChunkedPrefillSize          int     `json:"chunked_prefill_size,omitempty"`
+	MaxPrefillTokens            int     `json:"max_prefill_tokens,omitempty"`
 	ContextLen                  int     `json:"context_len,omitempty"`
-	CUDAGraph                   bool    `json:"cuda_graph"`
-	StartupS                    float64 `json:"startup_s"`
+	AvailableGPUMemGB           float64 `json:"available_gpu_mem_gb,omitempty"`
+	CUDAGraph                   bool    `json:"cuda_graph"` // a CUDA graph capture finished
+	StartupS                    float64 `json:"startup_s"`  // launch of the successful attempt to ready
 }
 
 // Failure is how a server failed; it is an error.
 type Failure struct {
 	Class    string
-	ExitCode int
-	Excerpt  string // the log lines that decided the class
-	Err      error
+	ExitCode int    // the exit status; 128+N when killed by signal N; -1 when it never ran or still runs
+	Reason   string // one line: the decisive log line, else the last error-looking one, else what happened
+	Excerpt  string // the log lines that decided the class (redacted, at most ~4 KB)
+	Tail     string // the last lines of the log (redacted), for storage with the trial
+	Err      error  // the underlying error, if any (exec error, timeout)
 }
 
-func (f *Failure) Error() string { return f.Class }
+// Error returns the class, followed by the underlying error when there is one.
+func (f *Failure) Error() string {
+	if f.Err != nil {
+		return f.Class + ": " + f.Err.Error()
+	}
+	return f.Class
+}
+
+// Unwrap returns the underlying error.
+func (f *Failure) Unwrap() error { return f.Err }
 
 // Server is a started, ready server.
 type Server struct {
-	URL   string
-	PID   int
+	URL   string // http://127.0.0.1:PORT
+	PID   int    // also the process group id
+	Port  int
 	Facts Facts
+
+	spec     Spec
+	sink     *lineSink
+	logFile  *os.File
+	proc     *proc
+	baseline map[int]int
+	exited   chan struct{}
+
+	mu       sync.Mutex
+	failure  *Failure // set when the process ended on its own
+	stopping bool     // Stop sent the signals: the exit is not a failure
+	hang     bool
+	stopped  bool
+	stopDone chan struct{} // closed when the first Stop returns
+	stopErr  error
 }
+
+// LogTail returns the last n log lines (redacted).
+func (s *Server) LogTail(n int) string { return s.sink.Tail(n) }
+
+// Exited is closed when the server process has exited and Failure is final.
+func (s *Server) Exited() <-chan struct{} { return s.exited }
+
+// MarkHang records that the caller saw no progress from the server; Failure
+// then reports ClassHang unless the server also crashed. Call Stop after.
+func (s *Server) MarkHang() {
+	s.mu.Lock()
+	s.hang = true
+	s.mu.Unlock()
+}
+
+// Failure classifies how the server ended; nil while it runs (unless
+// MarkHang was called) or after a clean stop.
+func (s *Server) Failure() *Failure {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failure != nil {
+		return s.failure
+	}
+	if s.hang {
+		code := -1
+		select {
+		case <-s.exited:
+			code = s.proc.exitCode
+		default:
+		}
+		f := s.newFailure(ClassHang, code, nil, errors.New("marked as hung by the caller"))
+		f.Reason = "no progress (marked as hung by the caller)"
+		return f
+	}
+	return nil
+}
+
+// newFailure builds a Failure from the log as it is now.
+func (s *Server) newFailure(class string, code int, m *logMatch, err error) *Failure {
+	f := &Failure{Class: class, ExitCode: code, Err: err, Reason: s.sink.reason(m),
+		Tail: s.sink.Tail(tailLines)}
+	if err != nil && (m == nil || m.line == "") {
+		// An exec error or a timeout says more than any log line.
+		f.Reason = err.Error()
+	}
+	if f.Reason == "" {
+		f.Reason = fmt.Sprintf("exited with status %d", code)
+	}
+	f.Excerpt = s.sink.excerpt(m)
+	return f
+}
+
+// tailLines is how many lines Failure.Tail holds.
+const tailLines = 60
 
 // Start launches spec and waits until the server is ready, has died, or the
-// startup timeout passed. On failure the error is a *Failure.
+// startup timeout passed. On failure the error is a *Failure and no process
+// of the server is left. When ctx ends first, the server is stopped and the
+// error wraps ctx.Err(). GPUs that other processes use make it return an
+// error wrapping ErrGPUsBusy without launching. The server's lifetime does
+// not depend on ctx once Start returned: end it with Stop.
 func Start(ctx context.Context, spec Spec) (*Server, error) {
-	return nil, errors.New("launcher.Start: not implemented")
+	if len(spec.Argv) == 0 {
+		return nil, &Failure{Class: ClassBadCommand, ExitCode: -1, Err: errors.New("empty command")}
+	}
+	red := newRedactor(append([]string{spec.APIKey}, spec.Secrets...))
+	if err := CheckGPUsFree(ctx, spec.GPUs); err != nil {
+		return nil, err
+	}
+	var logFile *os.File
+	var out io.Writer
+	if spec.LogPath != "" {
+		if err := os.MkdirAll(filepath.Dir(spec.LogPath), 0o755); err != nil {
+			return nil, fmt.Errorf("launcher: log dir: %w", err)
+		}
+		f, err := os.OpenFile(spec.LogPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("launcher: log file: %w", err)
+		}
+		logFile, out = f, f
+	}
+	s := &Server{spec: spec, sink: newLineSink(out, red), logFile: logFile}
+	path, err := exec.LookPath(spec.Argv[0])
+	if err != nil {
+		err = errors.New(red.String(err.Error()))
+		s.sink.note("cannot run the command: " + err.Error())
+		s.closeLog()
+		return nil, s.newFailure(ClassBadCommand, -1, nil, err)
+	}
+	s.baseline = gpuBaseline(ctx, spec.GPUs)
+	timeout := spec.StartupTimeout
+	if timeout <= 0 {
+		timeout = DefaultStartupTimeout
+	}
+	deadline := time.Now().Add(timeout)
+
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			s.closeLog()
+			return nil, fmt.Errorf("launcher: %w", err)
+		}
+		argv := append(append([]string(nil), spec.Argv...), "--host", "127.0.0.1", "--port", strconv.Itoa(port))
+		if attempt > 1 {
+			s.sink.reset()
+		}
+		s.sink.note(fmt.Sprintf("attempt %d: %s", attempt, shellJoin(argv)))
+		if len(spec.GPUs) > 0 {
+			s.sink.note("CUDA_VISIBLE_DEVICES=" + gpuList(spec.GPUs))
+		}
+		t0 := time.Now()
+		p, err := launch(path, argv, s.env(), s.sink)
+		if err != nil {
+			err = errors.New(red.String(err.Error()))
+			s.sink.note("cannot run the command: " + err.Error())
+			s.closeLog()
+			return nil, s.newFailure(ClassBadCommand, -1, nil, err)
+		}
+		s.proc, s.Port, s.PID = p, port, p.pid
+		s.URL = "http://127.0.0.1:" + strconv.Itoa(port)
+
+		switch res := s.waitReady(ctx, p, deadline); res {
+		case readyOK:
+			facts, _, _ := s.sink.state()
+			facts.StartupS = time.Since(t0).Seconds()
+			s.Facts = facts
+			s.exited = make(chan struct{})
+			go s.monitor()
+			return s, nil
+		case readyDied:
+			_, _, m := s.sink.state()
+			if m != nil && m.port && attempt < PortAttempts {
+				s.sink.note(fmt.Sprintf("port %d was taken; retrying on another port", port))
+				_ = s.release(context.WithoutCancel(ctx))
+				continue
+			}
+			class := classify(m, p.exitCode, false)
+			s.sink.note(fmt.Sprintf("exited with status %d before ready: %s", p.exitCode, class))
+			f := s.newFailure(class, p.exitCode, m, nil)
+			_ = s.release(context.WithoutCancel(ctx))
+			s.closeLog()
+			return nil, f
+		case readyTimeout, readyCanceled:
+			why := "not ready after " + timeout.String()
+			if res == readyCanceled {
+				why = "start canceled"
+			}
+			s.sink.note(why + "; stopping the process group")
+			s.terminate(context.WithoutCancel(ctx))
+			_ = s.release(context.WithoutCancel(ctx))
+			s.closeLog()
+			if res == readyCanceled {
+				return nil, fmt.Errorf("launcher: start canceled: %w", context.Cause(ctx))
+			}
+			return nil, s.newFailure(ClassStartupTimeout, p.exitCode, nil, fmt.Errorf("not ready within %s", timeout))
+		}
+	}
 }
 
-// Exited is closed when the server process has exited.
-func (s *Server) Exited() <-chan struct{} { return nil }
+// env is the child's environment: ours, then the GPU selection, then
+// Spec.Env (exec keeps the last value of a duplicated key).
+func (s *Server) env() []string {
+	env := os.Environ()
+	if len(s.spec.GPUs) > 0 {
+		// nvidia-smi numbers GPUs in PCI order; make CUDA agree so the
+		// indices we export and the ones we check are the same devices.
+		env = append(env, "CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES="+gpuList(s.spec.GPUs))
+	}
+	return append(env, s.spec.Env...)
+}
 
-// Failure classifies how the server ended; nil while it runs or after a clean stop.
-func (s *Server) Failure() *Failure { return nil }
+func gpuList(gpus []int) string {
+	s := make([]string, len(gpus))
+	for i, g := range gpus {
+		s[i] = strconv.Itoa(g)
+	}
+	return strings.Join(s, ",")
+}
+
+// shellJoin quotes argv for the log (the log is redacted afterwards).
+func shellJoin(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r == '-' || r == '_' || r == '.' || r == '/' || r == '=' || r == ':' || r == ',' ||
+				r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+		}) < 0 {
+			q[i] = a
+		} else {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(q, " ")
+}
+
+// freePort asks the kernel for a free port on 127.0.0.1. Another process
+// may take it before the server binds it; Start retries on that.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pick a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+type readyResult int
+
+const (
+	readyOK readyResult = iota
+	readyDied
+	readyTimeout
+	readyCanceled
+)
+
+// pollInterval is the /health_generate polling period once the ready line
+// is seen.
+var pollInterval = 200 * time.Millisecond
+
+// waitReady waits for the ready line, then polls /health_generate until 200.
+// It returns as soon as the process exits.
+func (s *Server) waitReady(ctx context.Context, p *proc, deadline time.Time) readyResult {
+	actx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	// pctx aborts an in-flight probe when the process dies.
+	pctx, pcancel := context.WithCancel(actx)
+	defer pcancel()
+	go func() { // ends when the process exits or waitReady returns
+		select {
+		case <-p.done:
+			pcancel()
+		case <-pctx.Done():
+		}
+	}()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
+	var tick <-chan time.Time
+	for {
+		select {
+		case <-p.done:
+			return readyDied
+		case <-actx.Done():
+			// A death at the same moment wins: it is the more useful class.
+			select {
+			case <-p.done:
+				return readyDied
+			default:
+			}
+			if ctx.Err() != nil {
+				return readyCanceled
+			}
+			return readyTimeout
+		case <-p.ready:
+			p.ready = nil // seen; from now on poll
+			t := time.NewTicker(pollInterval)
+			defer t.Stop()
+			tick = t.C
+			if s.healthy(pctx, client) {
+				return readyOK
+			}
+		case <-tick:
+			if s.healthy(pctx, client) {
+				return readyOK
+			}
+		}
+	}
+}
+
+// healthy reports whether GET /health_generate answered 200. SGLang's
+// health endpoints bypass --api-key; the key is sent anyway when set, for
+// engines that do not.
+func (s *Server) healthy(ctx context.Context, client *http.Client) bool {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second) // health_generate may take up to 20 s
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/health_generate", nil)
+	if err != nil {
+		return false
+	}
+	if s.spec.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+s.spec.APIKey)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// monitor records how a ready server ended, then closes exited.
+func (s *Server) monitor() {
+	<-s.proc.done
+	_, _, m := s.sink.state()
+	s.mu.Lock()
+	if !s.stopping {
+		code := s.proc.exitCode
+		s.sink.note(fmt.Sprintf("exited with status %d after ready", code))
+		s.failure = s.newFailure(classify(m, code, true), code, m, nil)
+	}
+	s.mu.Unlock()
+	close(s.exited)
+}
 
 // Stop ends the server's process group: SIGTERM, a grace period, SIGKILL,
-// then waits until its port is free.
-func (s *Server) Stop(ctx context.Context) error { return nil }
+// then waits until no process of the group is left, its port is free and,
+// where nvidia-smi exists, its GPUs hold no compute process and their used
+// memory dropped back. It is safe to call more than once and
+// concurrently; later calls wait for the first and return its result. ctx bounds the waits; the group gets
+// SIGKILL at once when ctx ends.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		select { // another call does the work
+		case <-s.stopDone:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.stopErr
+	}
+	s.stopped = true
+	s.stopDone = make(chan struct{})
+	defer close(s.stopDone)
+	select {
+	case <-s.proc.done:
+	default:
+		s.stopping = true
+	}
+	s.mu.Unlock()
+
+	s.sink.note("stopping")
+	s.terminate(ctx)
+	<-s.exited // monitor ends right after the process exit
+	err := s.release(ctx)
+	s.closeLog()
+	s.mu.Lock()
+	s.stopErr = err
+	s.mu.Unlock()
+	return err
+}
+
+// terminate sends SIGTERM to the group, waits for the leader up to the
+// grace period (or ctx), then sends SIGKILL and waits for the exit.
+func (s *Server) terminate(ctx context.Context) {
+	p := s.proc
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	grace := s.spec.Grace
+	if grace <= 0 {
+		grace = DefaultGrace
+	}
+	p.signalGroup(syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return
+	case <-t.C:
+		s.sink.note(fmt.Sprintf("still running %s after SIGTERM; sending SIGKILL", grace))
+	case <-ctx.Done():
+		s.sink.note("stop canceled; sending SIGKILL")
+	}
+	p.signalGroup(syscall.SIGKILL)
+	<-p.done // SIGKILL cannot be ignored; the wait goroutine reaps promptly
+}
+
+// release waits, after the leader exited, until the group is gone, the
+// port is free, the output copy ended, and the GPUs are released.
+func (s *Server) release(ctx context.Context) error {
+	timeout := s.spec.ReleaseTimeout
+	if timeout <= 0 {
+		timeout = 2 * time.Minute
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var errs []error
+	p := s.proc
+	// The group was SIGKILLed when its leader exited: this wait is short,
+	// and it runs even when ctx has ended, so no process is left behind.
+	gctx, gcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer gcancel()
+	if err := waitGroupGone(gctx, p.pid); err != nil {
+		errs = append(errs, err)
+	}
+	if err := waitPortFree(rctx, s.Port); err != nil {
+		errs = append(errs, err)
+	}
+	p.endCopy(2 * time.Second)
+	if err := waitGPUsReleased(rctx, s.spec.GPUs, s.baseline, timeout); err != nil {
+		errs = append(errs, err)
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		s.sink.note("release: " + err.Error())
+	}
+	return err
+}
+
+func (s *Server) closeLog() {
+	if s.logFile != nil {
+		s.sink.mu.Lock()
+		_ = s.logFile.Close()
+		s.sink.out = nil
+		s.sink.mu.Unlock()
+	}
+}
+
+// waitGroupGone polls until no live (non-zombie) process with process group
+// pgid exists. The wait goroutine already sent SIGKILL to the group when the
+// leader exited; this covers members still being torn down.
+func waitGroupGone(ctx context.Context, pgid int) error {
+	for i := 0; ; i++ {
+		if !groupAlive(pgid) {
+			return nil
+		}
+		if i%20 == 19 {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL) // a member that escaped the first kill
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("process group %d still has processes: %w", pgid, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitPortFree polls until 127.0.0.1:port can be bound again.
+func waitPortFree(ctx context.Context, port int) error {
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			l.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("port %d still in use: %w", port, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// proc is one attempt's process.
+type proc struct {
+	pid      int
+	done     chan struct{} // closed once the exit is recorded and the log drained
+	ready    chan struct{} // closed when the ready line is logged
+	copyDone chan struct{} // closed when the output copy ended
+	pr       *os.File      // read end of the output pipe
+
+	mu       sync.Mutex
+	reaped   bool
+	exitCode int
+}
+
+// signalGroup signals the process group, unless the leader was already
+// reaped (then its id may be reused; the group was killed before the reap).
+func (p *proc) signalGroup(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.reaped {
+		_ = syscall.Kill(-p.pid, sig)
+	}
+}
+
+// endCopy waits up to d for the output copy to reach EOF, then closes the
+// pipe so the copy ends even if some process outside the group still holds
+// its write end.
+func (p *proc) endCopy(d time.Duration) {
+	select {
+	case <-p.copyDone:
+	case <-time.After(d):
+		_ = p.pr.Close()
+		<-p.copyDone
+	}
+}
+
+// drainWait bounds how long the exit recording waits for the last output
+// before classifying.
+const drainWait = 300 * time.Millisecond
+
+// launch starts argv in its own process group with output to sink.
+//
+// The process is started from a goroutine locked to its OS thread, which
+// then stays blocked in wait for the process's whole life: Pdeathsig fires
+// when the thread that forked the child exits, and an unlocked goroutine's
+// thread could be retired by the runtime while the server runs. The
+// goroutine never unlocks, so its thread ends with it, after the reap.
+func launch(path string, argv []string, env []string, sink *lineSink) (*proc, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("output pipe: %w", err)
+	}
+	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Stdout: pw, Stderr: pw, SysProcAttr: sysProcAttr()}
+	p := &proc{done: make(chan struct{}), ready: make(chan struct{}), copyDone: make(chan struct{}), pr: pr, exitCode: -1}
+	var readyOnce sync.Once
+	sink.mu.Lock()
+	sink.onReady = func() { readyOnce.Do(func() { close(p.ready) }) }
+	sink.mu.Unlock()
+
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		p.pid = cmd.Process.Pid
+		started <- nil
+		_ = waitExitedNoReap(p.pid)
+		p.mu.Lock()
+		// Kill what is left of the group before the reap frees the id.
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		p.exitCode = exitCode(cmd.ProcessState)
+		p.reaped = true
+		p.mu.Unlock()
+		select { // let the last lines arrive before classifying
+		case <-p.copyDone:
+		case <-time.After(drainWait):
+		}
+		close(p.done)
+	}()
+	err = <-started
+	pw.Close() // the child has its own copy
+	if err != nil {
+		pr.Close()
+		return nil, err
+	}
+	go func() { // ends at EOF or when endCopy closes pr
+		_, _ = io.Copy(sink, pr)
+		sink.flush()
+		close(p.copyDone)
+	}()
+	return p, nil
+}
+
+// exitCode returns the exit status, or 128+signal for a killed process.
+func exitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}

@@ -3,6 +3,8 @@ package objective
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 )
 
 // Options tune one run of a workload.
@@ -11,17 +13,232 @@ type Options struct {
 	Progress func(line string)
 }
 
+func (o Options) progress(format string, args ...any) {
+	if o.Progress != nil {
+		o.Progress(fmt.Sprintf(format, args...))
+	}
+}
+
 // ErrHang reports that no token arrived for the hang timeout while requests were in flight.
 var ErrHang = errors.New("no token progress")
 
+// ErrQuality reports that a quality gate did not pass; Result.Quality says which.
+var ErrQuality = errors.New("quality gate failed")
+
+// DefaultHangTimeout is used when Workload.HangTimeout is 0.
+const DefaultHangTimeout = 60 * time.Second
+
 // Run measures w against t. The Result holds every point finished so far,
-// also when an error ends the run early.
+// also when an error ends the run early. Errors wrap ErrHang (no token
+// progress), ErrQuality (a gate failed), ErrFailedRequests (requests of a
+// point failed) or the context's error (the caller cancelled, e.g. because
+// the server process died).
 func Run(ctx context.Context, t Target, w Workload, opt Options) (*Result, error) {
-	return nil, errors.New("objective.Run: not implemented")
+	w = w.WithDefaults()
+	res := &Result{Kind: w.Kind, Medians: map[int]Median{}}
+	if err := w.Validate(); err != nil {
+		return res, err
+	}
+	maxConc := 1
+	for _, c := range append(append([]int(nil), w.Chat.Concurrency...), w.Matrix.Concurrency...) {
+		maxConc = max(maxConc, c)
+	}
+	c := newClient(t, maxConc)
+	defer c.close()
+	model, err := c.resolveModel(ctx, t.Model)
+	if err != nil {
+		return res, err
+	}
+	res.Model = model
+	infoCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	res.Server = c.serverInfo(infoCtx)
+	cancel()
+
+	var runErr error
+	switch w.Kind {
+	case "chat":
+		runErr = runChat(ctx, c, model, w, opt, res)
+	case "matrix":
+		runErr = runMatrix(ctx, c, model, w, opt, res)
+	}
+	res.finish()
+	return res, runErr
 }
 
-// Score computes the study's score from stored points. ok is false when the
-// SLO or a gate is not met; reason says why.
-func Score(spec ScoreSpec, r *Result) (value float64, ok bool, reason string) {
-	return 0, false, "not implemented"
+// finish fills medians and the overall audit from the points.
+func (r *Result) finish() {
+	r.Medians = Medians(r.Points)
+	r.Audit = OverallAudit{OK: true, Points: len(r.Points), Errors: []string{}}
+	for _, p := range r.Points {
+		if p.Status == StatusOverCapacity || p.Status == StatusNotRun {
+			continue
+		}
+		if !p.Audit.ok() {
+			r.Audit.OK = false
+			r.Audit.Errors = append(r.Audit.Errors, fmt.Sprintf("%s c=%d r=%d: %s", p.label(), p.Concurrency, p.Repeat, p.Audit.failing()))
+		}
+	}
+}
+
+func (p Point) label() string {
+	if p.Context > 0 {
+		return fmt.Sprintf("%s ctx=%d", p.Phase, p.Context)
+	}
+	if p.Phase != "" {
+		return p.Phase
+	}
+	return "point"
+}
+
+func (a Audit) failing() string {
+	var s []string
+	for _, f := range []struct {
+		ok   bool
+		name string
+	}{{a.RawCount, "raw_count"}, {a.Completed, "completed"}, {a.Failed, "failed"}, {a.Tokens, "tokens"}, {a.AllRequested, "all_requested"}} {
+		if !f.ok {
+			s = append(s, f.name)
+		}
+	}
+	return fmt.Sprint(s)
+}
+
+// Medians summarises the measured chat points (Phase "") per concurrency:
+// medians over repeats of each statistic, failed points excluded.
+func Medians(points []Point) map[int]Median {
+	by := map[int][]Point{}
+	for _, p := range points {
+		if p.Phase != "" || p.State != "passed" {
+			continue
+		}
+		by[p.Concurrency] = append(by[p.Concurrency], p)
+	}
+	out := map[int]Median{}
+	for c, ps := range by {
+		col := func(f func(Point) float64) float64 {
+			xs := make([]float64, len(ps))
+			for i, p := range ps {
+				xs[i] = f(p)
+			}
+			return median(xs)
+		}
+		out[c] = Median{
+			Repeats:    len(ps),
+			OutputTokS: col(func(p Point) float64 { return p.OutputTokS }),
+			TTFTP50:    col(func(p Point) float64 { return p.TTFT.P50 }),
+			TTFTP99:    col(func(p Point) float64 { return p.TTFT.P99 }),
+			LatencyP50: col(func(p Point) float64 { return p.Latency.P50 }),
+			LatencyP99: col(func(p Point) float64 { return p.Latency.P99 }),
+			ITLP50:     col(func(p Point) float64 { return p.ITL.P50 }),
+			ITLP99:     col(func(p Point) float64 { return p.ITL.P99 }),
+		}
+	}
+	return out
+}
+
+// WithDefaults fills unset fields with the seed's defaults.
+func (w Workload) WithDefaults() Workload {
+	if w.Kind == "" {
+		w.Kind = "chat"
+	}
+	if w.HangTimeout == 0 {
+		w.HangTimeout = DefaultHangTimeout.Seconds()
+	}
+	ch := &w.Chat
+	if len(ch.Concurrency) == 0 {
+		ch.Concurrency = []int{1, 16, 64, 128}
+		if len(ch.Requests) == 0 {
+			ch.Requests = []int{8, 32, 256, 512}
+		}
+	}
+	if len(ch.Requests) == 0 {
+		for _, c := range ch.Concurrency {
+			ch.Requests = append(ch.Requests, max(8, 4*c))
+		}
+	}
+	if ch.MaxTokens == 0 {
+		ch.MaxTokens = 256
+	}
+	if ch.Repeats == 0 {
+		ch.Repeats = 3
+	}
+	if ch.Warmup == nil {
+		on := true
+		ch.Warmup = &on
+	}
+	if ch.PromptTokens == 0 {
+		ch.PromptTokens = 256
+	}
+	m := &w.Matrix
+	if len(m.Contexts) == 0 {
+		m.Contexts = []int{8192, 16384, 32768, 65536, 131072}
+	}
+	if len(m.Concurrency) == 0 {
+		m.Concurrency = []int{1, 2, 4, 8, 16, 32, 64, 128}
+	}
+	if m.DurationS == 0 {
+		m.DurationS = 30
+	}
+	if m.MaxOutput == 0 {
+		m.MaxOutput = 4096
+	}
+	q := &w.Quality
+	if q.JSONRequests == 0 {
+		q.JSONRequests = 24
+	}
+	if q.ToolRequests == 0 {
+		q.ToolRequests = 8
+	}
+	if q.MinPass == 0 {
+		q.MinPass = 1
+	}
+	return w
+}
+
+// Validate reports a workload that cannot run (call after WithDefaults).
+func (w Workload) Validate() error {
+	bad := func(format string, a ...any) error { return fmt.Errorf("workload: "+format, a...) }
+	switch w.Kind {
+	case "chat", "matrix":
+	default:
+		return bad("kind %q: want chat or matrix", w.Kind)
+	}
+	if w.HangTimeout < 0 {
+		return bad("hang_timeout_s %v < 0", w.HangTimeout)
+	}
+	ch := w.Chat
+	if w.Kind == "chat" {
+		if len(ch.Requests) != len(ch.Concurrency) {
+			return bad("chat: %d concurrency levels but %d request counts", len(ch.Concurrency), len(ch.Requests))
+		}
+		for i, c := range ch.Concurrency {
+			if c < 1 || ch.Requests[i] < 1 {
+				return bad("chat: concurrency %d with %d requests: both must be >= 1", c, ch.Requests[i])
+			}
+		}
+		if ch.MaxTokens < 1 || ch.Repeats < 1 || ch.PromptTokens < 1 {
+			return bad("chat: max_tokens, repeats and prompt_tokens must be >= 1")
+		}
+	}
+	if w.Kind == "matrix" {
+		m := w.Matrix
+		for _, c := range m.Contexts {
+			if c < 16 {
+				return bad("matrix: context %d < 16", c)
+			}
+		}
+		for _, c := range m.Concurrency {
+			if c < 1 {
+				return bad("matrix: concurrency %d < 1", c)
+			}
+		}
+		if m.DurationS <= 0 || m.MaxOutput < 1 {
+			return bad("matrix: duration_s and max_output must be > 0")
+		}
+	}
+	q := w.Quality
+	if q.JSONRequests < 0 || q.ToolRequests < 0 || q.MinPass < 0 || q.MinPass > 1 {
+		return bad("quality: request counts must be >= 0 and min_pass in [0,1]")
+	}
+	return nil
 }

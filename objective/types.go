@@ -69,16 +69,19 @@ type Audit struct {
 
 // Point is one (concurrency, repeat[, context]) measurement.
 type Point struct {
-	Phase        string  `json:"phase,omitempty"` // "", "warmup", "prefill", "decode"
-	Concurrency  int     `json:"concurrency"`
-	Repeat       int     `json:"repeat"`
-	Context      int     `json:"context,omitempty"`
-	State        string  `json:"state"`            // passed | failed
-	Status       string  `json:"status,omitempty"` // matrix: Valid, Requests queued, Over capacity, Not run
-	Requested    int     `json:"requested"`
-	Issued       int     `json:"issued"`
-	Completed    int     `json:"completed"`
-	Failed       int     `json:"failed"`
+	Phase       string `json:"phase,omitempty"` // "", "warmup", "prefill", "decode"
+	Concurrency int    `json:"concurrency"`
+	Repeat      int    `json:"repeat"`
+	Context     int    `json:"context,omitempty"`
+	State       string `json:"state"`            // passed | failed
+	Status      string `json:"status,omitempty"` // matrix: Valid, Requests queued, Over capacity, Not run
+	Requested   int    `json:"requested"`
+	Issued      int    `json:"issued"`
+	Completed   int    `json:"completed"`
+	Failed      int    `json:"failed"`
+	// Cut counts matrix decode requests still running when the cell's
+	// fixed duration ended: neither completed nor failed.
+	Cut          int     `json:"cut,omitempty"`
 	OutputTokens int     `json:"output_tokens"`
 	DurationS    float64 `json:"duration_s"`
 	OutputTokS   float64 `json:"output_tok_s"`
@@ -87,6 +90,13 @@ type Point struct {
 	Latency      Stats   `json:"latency_s"`
 	ITL          Stats   `json:"itl_s"`
 	Audit        Audit   `json:"audit"`
+	// Matrix cells: prompt tok/s of a prefill point; mean per-request decode
+	// tok/s; average number of requests streaming during the cell.
+	PromptTokS     float64 `json:"prompt_tok_s,omitempty"`
+	PerRequestTokS float64 `json:"per_request_tok_s,omitempty"`
+	AvgActive      float64 `json:"avg_active,omitempty"`
+	// Note says why a point has its status (matrix) or why it failed.
+	Note string `json:"note,omitempty"`
 }
 
 // Median summarises the repeats at one concurrency.
@@ -96,6 +106,9 @@ type Median struct {
 	TTFTP50    float64 `json:"ttft_p50_s"`
 	TTFTP99    float64 `json:"ttft_p99_s"`
 	LatencyP99 float64 `json:"latency_p99_s"`
+	LatencyP50 float64 `json:"latency_p50_s"`
+	ITLP50     float64 `json:"itl_p50_s"`
+	ITLP99     float64 `json:"itl_p99_s"`
 }
 
 // QualitySummary is shaped like the seed's: {"json": "24/24", "tool": "8/8"}.
@@ -112,6 +125,8 @@ type QualityCheck struct {
 	ToolPass  int            `json:"tool_pass"`
 	ToolTotal int            `json:"tool_total"`
 	Pass      bool           `json:"pass"`
+	// Failures says why checks failed (at most 16 lines).
+	Failures []string `json:"failures,omitempty"`
 }
 
 // Quality holds the gates run before and after the sweep.
@@ -123,17 +138,40 @@ type Quality struct {
 // Result is everything one workload run measured. It is returned even when
 // the run ended early with an error, holding the points completed so far.
 type Result struct {
+	Kind    string         `json:"kind,omitempty"` // chat | matrix
 	Points  []Point        `json:"points"`
 	Medians map[int]Median `json:"medians"`
 	Quality *Quality       `json:"quality,omitempty"`
+	// Audit is true when every point's audit flags hold and every point
+	// requested was run.
+	Audit OverallAudit `json:"audit"`
+	// Warmup holds the uncounted warm-up points (Phase "warmup").
+	Warmup []Point `json:"warmup,omitempty"`
+	// Requests holds one record per measured request (goodput needs them).
+	Requests []RequestRecord `json:"requests,omitempty"`
+	// ReusePrompts says the repeats reused the same prompts (prefix cache warm).
+	ReusePrompts bool `json:"reuse_prompts,omitempty"`
+	// Model is the model name the requests were sent with.
+	Model string `json:"model,omitempty"`
+	// Server is what /server_info said, when the server has it.
+	Server *ServerInfo `json:"server,omitempty"`
+}
+
+// OverallAudit sums up the audits of a Result.
+type OverallAudit struct {
+	OK     bool     `json:"ok"`
+	Points int      `json:"points"`
+	Errors []string `json:"errors"` // one line per point whose flags do not all hold
 }
 
 // ScoreSpec says which single number a study maximises.
 type ScoreSpec struct {
 	// Metric: "output_tok_s" (default), "goodput" or "capacity".
 	Metric      string `yaml:"metric" json:"metric"`
-	Concurrency int    `yaml:"concurrency" json:"concurrency"` // target level for output_tok_s/goodput
-	SLO         []SLO  `yaml:"slo" json:"slo"`
+	Concurrency int    `yaml:"concurrency" json:"concurrency"` // target level for output_tok_s/goodput; 0 = highest measured
+	// Context picks the matrix row scored (0 = smallest measured context).
+	Context int   `yaml:"context" json:"context,omitempty"`
+	SLO     []SLO `yaml:"slo" json:"slo"`
 }
 
 // SLO bounds one percentile of a latency metric, in seconds.

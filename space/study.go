@@ -22,11 +22,19 @@ type Study struct {
 	GPUGroups       [][]int
 	Params          []Param
 	Constraints     []string
+	Derived         []Derived // flags computed from params
+	Hybrid          bool      // model has a linear-attention/mamba state pool (model.hybrid)
+	Memory          Memory    // KV-capacity hint (memory:)
+	Schema          *FlagSchema
 	OnLimitsReduced string // reject (default) | accept
 	Workload        objective.Workload
 	Score           objective.ScoreSpec
 	Budget          Budget
 	Launch          Launch
+
+	fixedArgv   []string // fixed flags in file order
+	constraints []*Expr
+	learn       *learner
 }
 
 // Engine says how to start the serving engine.
@@ -56,16 +64,29 @@ type Launch struct {
 
 // Param is one searched parameter.
 type Param struct {
-	Name    string
-	Type    string // int | float | categorical | bool
-	Low     float64
-	High    float64
-	Step    float64
-	Log     bool
-	Choices []string
-	Flag    string            // flag the value maps to
-	Values  map[string]string // categorical/bool: value -> flag text override, e.g. "true": "--disable-radix-cache"
-	When    string            // condition over earlier params
+	Name     string
+	Type     string // int | float | categorical | bool
+	Low      float64
+	High     float64
+	Step     float64
+	Log      bool
+	Choices  []string
+	Flag     string            // flag the value maps to
+	Flags    []string          // several flags that each take the value
+	Template string            // flag text with {value}, split shell-style
+	Values   map[string]string // categorical/bool: value -> flag text override, e.g. "false": "--disable-radix-cache"
+	When     string            // condition over earlier params
+
+	when *Expr
+}
+
+// Derived is a flag computed from params, e.g. draft tokens = steps + 1.
+type Derived struct {
+	Flag  string
+	Value string // expression
+	When  string // condition; empty = always
+
+	value, when *Expr
 }
 
 // Params is one sampled point: name -> int, float64, string or bool.
@@ -87,6 +108,11 @@ type Prediction struct {
 	StateSlots                  int `json:"state_slots"`
 	StateRatio                  int `json:"state_ratio"`
 	KVTokens                    int `json:"kv_tokens"`
+	// KVTokensNeeded is what the workload needs at its highest running
+	// concurrency: running x (prompt + max tokens); 0 when unknown.
+	KVTokensNeeded int `json:"kv_tokens_needed,omitempty"`
+	// Notes list the engine's auto-adjustments the prediction assumed.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Config is one point of the space resolved into an engine command line.
@@ -102,20 +128,6 @@ type Rejection struct {
 	Rule    string `json:"rule"`
 	Message string `json:"message"`
 }
-
-// Load reads and validates a study file.
-func Load(path string) (*Study, error) { return nil, errors.New("space.Load: not implemented") }
-
-// Suggest samples every active parameter through sg, honouring conditions.
-func (s *Study) Suggest(sg Suggester) (Params, error) {
-	return nil, errors.New("not implemented")
-}
-
-// Resolve turns sampled params into a Config with predictions.
-func (s *Study) Resolve(p Params) (*Config, error) { return nil, errors.New("not implemented") }
-
-// Check returns every rule the config breaks; none means launchable.
-func (s *Study) Check(c *Config) []Rejection { return nil }
 
 // ErrInvalid is wrapped by every error about a malformed study file; the CLI
 // maps it to exit code 2.

@@ -1,31 +1,300 @@
-// Package storage keeps studies, trials, sweep points and logs in SQL
-// (SQLite by default). Store implements goptuna.Storage.
+// Package storage keeps studies, trials, sweep points and request records in
+// SQL (SQLite by default). Store implements goptuna.Storage.
+//
+// Concurrency model: several goroutines and several processes may share one
+// database file. Every write runs in a BEGIN IMMEDIATE transaction on a
+// single-connection write pool (WAL journal, busy timeout), so writers queue
+// instead of failing with "database is locked" on a read-to-write upgrade.
+// Reads run in deferred transactions on a separate pool and see one
+// consistent WAL snapshot without blocking writers. The database must live on
+// a local filesystem (WAL needs shared memory; never NFS).
 package storage
 
 import (
+	"context"
+	"database/sql"
 	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
-	"github.com/sgtune/sgtune/objective"
+	"github.com/c-bata/goptuna"
+	sqlite3 "github.com/mattn/go-sqlite3"
 )
 
-// Store is a goptuna.Storage on database/sql with sgtune's own tables.
-type Store struct{}
+var _ goptuna.Storage = (*Store)(nil)
 
-// Open opens (creating and migrating if needed) the database at path.
-func Open(path string) (*Store, error) { return nil, errors.New("storage.Open: not implemented") }
+// ErrStudyNotFound is returned (wrapped) when no study has the given name.
+var ErrStudyNotFound = errors.New("study not found")
+
+// ErrDuplicateStudy is returned (wrapped) by CreateNewStudy when a study of
+// that name exists. Processes racing to create one study should LoadStudy
+// again on this error (goptuna.CreateStudy with StudyOptionLoadIfExists
+// followed by a retry does exactly that).
+var ErrDuplicateStudy = errors.New("study already exists")
+
+// busyTimeout is how long SQLite waits for another writer's lock. Writes are
+// short (milliseconds), so this only bounds pathological stalls.
+const busyTimeout = 15 * time.Second
+
+// Store is a goptuna.Storage on database/sql with sgtune's own tables.
+// It is safe for concurrent use by several goroutines and processes.
+type Store struct {
+	path string
+	wdb  *sql.DB // one connection; BEGIN IMMEDIATE
+	rdb  *sql.DB // read pool; deferred transactions, query_only
+}
+
+// Open opens (creating and migrating if needed) the SQLite database named by
+// path: a plain file path, "sqlite:PATH", "sqlite:///PATH" (SQLAlchemy/Optuna
+// style, so "sqlite:////abs/x.db" is absolute) or a "file:PATH" URL (its
+// query parameters are ignored: Store sets its own). The parent directory
+// must exist; it is not created.
+func Open(path string) (*Store, error) {
+	p, err := ParsePath(path)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Dir(p)
+	if st, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("storage: directory of %s: %w", p, err)
+	} else if !st.IsDir() {
+		return nil, fmt.Errorf("storage: %s is not a directory", dir)
+	}
+	if st, err := os.Stat(p); err == nil && st.IsDir() {
+		return nil, fmt.Errorf("storage: %s is a directory, not a database file", p)
+	}
+
+	wdb, err := sql.Open("sqlite3", dsn(p, true))
+	if err != nil {
+		return nil, fmt.Errorf("storage: open %s: %w", p, err)
+	}
+	wdb.SetMaxOpenConns(1) // writers queue in Go, not in SQLite's busy loop
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxIdleTime(0)
+	s := &Store{path: p, wdb: wdb}
+	if err := s.init(); err != nil {
+		wdb.Close()
+		return nil, err
+	}
+	rdb, err := sql.Open("sqlite3", dsn(p, false))
+	if err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("storage: open %s: %w", p, err)
+	}
+	rdb.SetMaxOpenConns(4)
+	rdb.SetMaxIdleConns(4)
+	s.rdb = rdb
+	return s, nil
+}
+
+// ParsePath turns a storage argument (plain path, sqlite: or file: URL) into
+// a filesystem path.
+func ParsePath(arg string) (string, error) {
+	switch {
+	case arg == "":
+		return "", errors.New("storage: empty path")
+	case arg == ":memory:" || strings.Contains(arg, "mode=memory"):
+		return "", errors.New("storage: in-memory databases are not supported; use a file (t.TempDir() in tests)")
+	case strings.HasPrefix(arg, "sqlite:"):
+		rest := strings.TrimPrefix(arg, "sqlite:")
+		if strings.HasPrefix(rest, "///") {
+			rest = rest[3:]
+		} else if strings.HasPrefix(rest, "//") {
+			return "", fmt.Errorf("storage: %q: write sqlite:///relative.db or sqlite:////absolute.db", arg)
+		}
+		if i := strings.IndexByte(rest, '?'); i >= 0 {
+			rest = rest[:i]
+		}
+		if rest == "" {
+			return "", fmt.Errorf("storage: %q names no file", arg)
+		}
+		return rest, nil
+	case strings.HasPrefix(arg, "file:"):
+		u, err := url.Parse(arg)
+		if err != nil {
+			return "", fmt.Errorf("storage: %q: %w", arg, err)
+		}
+		p := u.Opaque
+		if p == "" {
+			p = u.Path
+		} else if q, err := url.PathUnescape(p); err == nil {
+			p = q
+		}
+		if u.Host != "" && u.Host != "localhost" {
+			return "", fmt.Errorf("storage: %q: remote file URLs are not supported", arg)
+		}
+		if p == "" {
+			return "", fmt.Errorf("storage: %q names no file", arg)
+		}
+		return p, nil
+	case strings.Contains(arg, "://"):
+		return "", fmt.Errorf("storage: %q: only SQLite files are supported (plain path, sqlite:///PATH or file:PATH)", arg)
+	}
+	return arg, nil
+}
+
+// dsn builds the mattn/go-sqlite3 DSN for a file. The path is escaped as a
+// SQLite URI so names with '?', '#' or '%' work.
+func dsn(path string, write bool) string {
+	q := url.Values{}
+	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
+	q.Set("_foreign_keys", "on")
+	if write {
+		q.Set("_journal_mode", "WAL")
+		q.Set("_txlock", "immediate")
+		// NORMAL in WAL mode survives a killed process (not power loss of
+		// the last commits) and avoids an fsync per commit.
+		q.Set("_synchronous", "NORMAL")
+	} else {
+		q.Set("_txlock", "deferred")
+		q.Set("_query_only", "on")
+	}
+	r := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
+	return "file:" + r.Replace(path) + "?" + q.Encode()
+}
+
+// init checks the file is an SQLite database in WAL mode and migrates it.
+func (s *Store) init() error {
+	// Switching a fresh file to WAL (done by the driver on connect) needs an
+	// exclusive lock and does not wait on the busy handler, so processes
+	// opening a new database at once retry here.
+	var mode string
+	deadline := time.Now().Add(busyTimeout)
+	for attempt := 1; ; attempt++ {
+		err := s.wdb.QueryRow("PRAGMA journal_mode").Scan(&mode)
+		if err == nil {
+			break
+		}
+		if !isBusy(err) || time.Now().After(deadline) {
+			return s.openErr(err)
+		}
+		time.Sleep(time.Duration(min(attempt, 20)) * 5 * time.Millisecond)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("storage: %s: journal mode is %q, not WAL (is it on a network or read-only filesystem?)", s.path, mode)
+	}
+	if err := s.migrate(); err != nil {
+		return s.openErr(err)
+	}
+	return nil
+}
+
+func (s *Store) openErr(err error) error {
+	var se sqlite3.Error
+	if errors.As(err, &se) && se.Code == sqlite3.ErrNotADB {
+		return fmt.Errorf("storage: %s is not an SQLite database: %w", s.path, err)
+	}
+	return fmt.Errorf("storage: %s: %w", s.path, err)
+}
+
+// Path returns the database file's path.
+func (s *Store) Path() string { return s.path }
 
 // Close closes the database.
-func (s *Store) Close() error { return nil }
+func (s *Store) Close() error {
+	var errs []error
+	if s.rdb != nil {
+		errs = append(errs, s.rdb.Close())
+	}
+	if s.wdb != nil {
+		errs = append(errs, s.wdb.Close())
+	}
+	return errors.Join(errs...)
+}
 
-// SavePoints stores the measured points of a trial.
-func (s *Store) SavePoints(trialID int, pts []objective.Point) error { return nil }
+// write runs fn in one BEGIN IMMEDIATE transaction, retrying a few times if
+// SQLite still reports the database busy after the busy timeout.
+func (s *Store) write(fn func(tx *sql.Tx) error) error {
+	var err error
+	for attempt := 0; attempt < 4; attempt++ {
+		err = s.tryWrite(fn)
+		if !isBusy(err) {
+			return err
+		}
+		time.Sleep(time.Duration(50*(attempt+1)) * time.Millisecond)
+	}
+	return err
+}
 
-// Points returns the stored points of a trial in measurement order.
-func (s *Store) Points(trialID int) ([]objective.Point, error) { return nil, nil }
+func (s *Store) tryWrite(fn func(tx *sql.Tx) error) error {
+	tx, err := s.wdb.BeginTx(context.Background(), nil)
+	if err != nil {
+		return fmt.Errorf("storage: begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("storage: commit: %w", err)
+	}
+	return nil
+}
 
-// Heartbeat records that the trial's owner is alive.
-func (s *Store) Heartbeat(trialID int) error { return nil }
+// read runs fn in one deferred (snapshot) transaction on the read pool.
+func (s *Store) read(fn func(tx *sql.Tx) error) error {
+	tx, err := s.rdb.BeginTx(context.Background(), nil)
+	if err != nil {
+		return fmt.Errorf("storage: begin read: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only; nothing to keep
+	return fn(tx)
+}
 
-// StaleRunning lists RUNNING trials of a study whose heartbeat is older than d.
-func (s *Store) StaleRunning(studyID int, d time.Duration) ([]int, error) { return nil, nil }
+func isBusy(err error) bool {
+	var se sqlite3.Error
+	if errors.As(err, &se) {
+		return se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked
+	}
+	// Errors from the driver's connection setup are not always typed.
+	return err != nil && strings.Contains(err.Error(), "database is locked")
+}
+
+// IntegrityCheck runs PRAGMA integrity_check and PRAGMA foreign_key_check and
+// returns an error describing any problem.
+func (s *Store) IntegrityCheck() error {
+	return s.read(func(tx *sql.Tx) error {
+		rows, err := tx.Query("PRAGMA integrity_check")
+		if err != nil {
+			return fmt.Errorf("storage: integrity_check: %w", err)
+		}
+		var msgs []string
+		for rows.Next() {
+			var m string
+			if err := rows.Scan(&m); err != nil {
+				rows.Close()
+				return err
+			}
+			if m != "ok" {
+				msgs = append(msgs, m)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		fk, err := tx.Query("PRAGMA foreign_key_check")
+		if err != nil {
+			return fmt.Errorf("storage: foreign_key_check: %w", err)
+		}
+		for fk.Next() {
+			var table, parent string
+			var rowid sql.NullInt64
+			var idx int
+			if err := fk.Scan(&table, &rowid, &parent, &idx); err != nil {
+				fk.Close()
+				return err
+			}
+			msgs = append(msgs, fmt.Sprintf("foreign key: %s row %d -> %s", table, rowid.Int64, parent))
+		}
+		fk.Close()
+		if len(msgs) > 0 {
+			return fmt.Errorf("storage: %s failed the integrity check: %s", s.path, strings.Join(msgs, "; "))
+		}
+		return fk.Err()
+	})
+}

@@ -1,6 +1,23 @@
 // Command sglang-sim is a simulated SGLang server: same flags, startup log
 // lines, endpoints and SSE chunks as SGLang, with the memory arithmetic,
 // performance and faults of a profile calibrated on the seed studies.
+//
+//	sglang-sim --model-path zai-org/GLM-5.3-Flash --tp 4 --ep 4 [SGLang flags...] \
+//	    [--sim-profile NAME|FILE] [--sim-speedup X]
 package main
 
-func main() {}
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sgtune/sgtune/sim"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := sim.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, sim.Options{})
+	stop()
+	os.Exit(code)
+}

@@ -1,16 +1,320 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sgtune/sgtune/objective"
 )
+
+// benchFlags are the options of `sgtune bench`.
+type benchFlags struct {
+	url, model, apiKeyEnv string
+	workload              string
+	concurrency, requests []int
+	repeats, maxTokens    int
+	promptTokens          int
+	promptsFile           string
+	warmup, quality       bool
+	reusePrompts          bool
+	ignoreEOS             bool
+	minPass               float64
+	hangTimeout           time.Duration
+	contexts              []int
+	duration              time.Duration
+	maxOutput             int
+	asJSON                bool
+}
+
+// benchDoc is `sgtune bench --json`: DESIGN.md's document with the seed's
+// field names.
+type benchDoc struct {
+	URL          string                   `json:"url"`
+	Model        string                   `json:"model"`
+	Workload     objective.Workload       `json:"workload"`
+	ReusePrompts bool                     `json:"reuse_prompts"`
+	Points       []objective.Point        `json:"points"`
+	Medians      map[int]objective.Median `json:"medians"`
+	Quality      *objective.Quality       `json:"quality,omitempty"`
+	Audit        objective.OverallAudit   `json:"audit"`
+	Server       *objective.ServerInfo    `json:"server,omitempty"`
+	Warmup       []objective.Point        `json:"warmup,omitempty"`
+	Error        string                   `json:"error,omitempty"`
+}
 
 // benchCmd is `sgtune bench --url URL ...`: benchmark a running server.
 func (a *app) benchCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "bench",
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench --url URL",
 		Short: "Benchmark a running OpenAI-compatible server",
-		RunE:  func(cmd *cobra.Command, args []string) error { return errors.New("bench: not implemented") },
+		Long: `bench measures a running OpenAI-compatible server (SGLang or any other)
+the way a study measures each trial: per concurrency level an uncounted
+warm-up, then --repeats measured points of --requests streaming chat
+requests, with TTFT, latency and inter-token latency percentiles
+(numpy-style), output tok/s and an audit of every point. --quality runs the
+structured-output (24) and tool-call (8) gates before and after the sweep.
+--workload matrix runs the context x concurrency matrix instead (prefill plus
+fixed-duration decode per cell; cells that cannot fit the server's KV cache
+are skipped as "Over capacity").
+
+Progress goes to stderr; the table, or with --json the document, to stdout.
+Exit code 1 when the run failed (requests failed, no token progress, a
+quality gate failed), 2 for bad flags.`,
+		Example: `  sgtune bench --url http://127.0.0.1:30000 --concurrency 1,16 --requests 8,32 --repeats 1
+  sgtune bench --url http://127.0.0.1:30000 --quality --json > bench.json
+  sgtune bench --url http://127.0.0.1:30000 --workload matrix --contexts 8192,32768 --concurrency 1,4,16 --duration 30s`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return badInput(fmt.Errorf("bench takes no arguments, got %q (see 'sgtune bench --help')", args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			w, t, err := f.resolve(cmd, a.getenv)
+			if err != nil {
+				return badInput(err)
+			}
+			progress := func(line string) { fmt.Fprintf(a.stderr, "[%s] %s\n", time.Now().Format("15:04:05"), line) }
+			res, runErr := objective.Run(cmd.Context(), t, w, objective.Options{Progress: progress})
+			if f.asJSON {
+				doc := benchDoc{URL: t.URL, Model: res.Model, Workload: w, ReusePrompts: res.ReusePrompts, Points: res.Points,
+					Medians: res.Medians, Quality: res.Quality, Audit: res.Audit, Server: res.Server, Warmup: res.Warmup}
+				if doc.Points == nil {
+					doc.Points = []objective.Point{}
+				}
+				if runErr != nil {
+					doc.Error = runErr.Error()
+				}
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(doc); err != nil {
+					return err
+				}
+			} else {
+				printBench(a.stdout, w, res)
+			}
+			if runErr != nil {
+				return fmt.Errorf("bench: %w", runErr)
+			}
+			return nil
+		},
 	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.url, "url", "", "base URL of the server, e.g. http://127.0.0.1:30000 (required)")
+	fl.StringVar(&f.model, "model", "", "model name to send (default: the first model /v1/models lists)")
+	fl.StringVar(&f.apiKeyEnv, "api-key-env", "", "environment variable holding the API key (sent as a Bearer token)")
+	fl.StringVar(&f.workload, "workload", "chat", "chat (concurrency sweep) or matrix (context x concurrency)")
+	fl.IntSliceVar(&f.concurrency, "concurrency", nil, "concurrency levels (chat default 1,16,64,128; matrix default 1,2,4,...,128)")
+	fl.IntSliceVar(&f.requests, "requests", nil, "requests per level, one per concurrency level (default 8,32,256,512, else 4 x concurrency, at least 8)")
+	fl.IntVar(&f.repeats, "repeats", 3, "measured repeats per level")
+	fl.IntVar(&f.maxTokens, "max-tokens", 256, "max output tokens per request")
+	fl.IntVar(&f.promptTokens, "prompt-tokens", 256, "length of the synthetic prompts, in about-tokens")
+	fl.StringVar(&f.promptsFile, "prompts-file", "", "prompts, one per line or JSONL with a prompt/text field (instead of synthetic ones)")
+	fl.BoolVar(&f.warmup, "warmup", true, "run an uncounted warm-up at each level (without it the first repeat is cold)")
+	fl.BoolVar(&f.reusePrompts, "reuse-prompts", false, "send the same prompts in every repeat (measures the prefix cache)")
+	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "ask the server to generate max-tokens tokens regardless of EOS (SGLang ignore_eos)")
+	fl.BoolVar(&f.quality, "quality", false, "run the structured-output and tool-call gates before and after the sweep")
+	fl.Float64Var(&f.minPass, "min-pass", 1, "fraction of each gate's checks that must pass")
+	fl.DurationVar(&f.hangTimeout, "hang-timeout", objective.DefaultHangTimeout, "fail when no token arrives for this long while requests are in flight")
+	fl.IntSliceVar(&f.contexts, "contexts", nil, "matrix: context lengths in tokens (default 8192,16384,32768,65536,131072)")
+	fl.DurationVar(&f.duration, "duration", 30*time.Second, "matrix: sustained decode time per cell")
+	fl.IntVar(&f.maxOutput, "max-output", 4096, "matrix: max output tokens per decode request")
+	fl.BoolVar(&f.asJSON, "json", false, "print the result document as JSON")
+	return cmd
+}
+
+// resolve checks the flags and builds the workload and target.
+func (f *benchFlags) resolve(cmd *cobra.Command, getenv func(string) string) (objective.Workload, objective.Target, error) {
+	var w objective.Workload
+	var t objective.Target
+	if f.url == "" {
+		return w, t, errors.New("--url is required")
+	}
+	u, err := url.Parse(f.url)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return w, t, fmt.Errorf("--url %q: want http://HOST:PORT", f.url)
+	}
+	t = objective.Target{URL: strings.TrimRight(f.url, "/"), Model: f.model}
+	if f.apiKeyEnv != "" {
+		t.APIKey = getenv(f.apiKeyEnv)
+		if t.APIKey == "" {
+			return w, t, fmt.Errorf("--api-key-env %s: the variable is unset or empty", f.apiKeyEnv)
+		}
+	}
+	for _, v := range append(append(append([]int(nil), f.concurrency...), f.requests...), f.contexts...) {
+		if v < 1 {
+			return w, t, fmt.Errorf("concurrency, requests and contexts must be >= 1 (got %d)", v)
+		}
+	}
+	if f.repeats < 1 || f.maxTokens < 1 || f.promptTokens < 1 || f.maxOutput < 1 {
+		return w, t, errors.New("--repeats, --max-tokens, --prompt-tokens and --max-output must be >= 1")
+	}
+	if f.minPass < 0 || f.minPass > 1 {
+		return w, t, fmt.Errorf("--min-pass %v: want a fraction in [0,1]", f.minPass)
+	}
+	if f.hangTimeout <= 0 || f.duration <= 0 {
+		return w, t, errors.New("--hang-timeout and --duration must be > 0")
+	}
+	warm := f.warmup
+	w = objective.Workload{
+		Kind:        f.workload,
+		HangTimeout: f.hangTimeout.Seconds(),
+		Quality:     objective.QualitySpec{Enabled: f.quality, MinPass: f.minPass},
+	}
+	switch f.workload {
+	case "chat":
+		if len(f.requests) > 0 && len(f.concurrency) == 0 && len(f.requests) != 4 {
+			return w, t, fmt.Errorf("--requests has %d values for the 4 default concurrency levels", len(f.requests))
+		}
+		if len(f.requests) > 0 && len(f.concurrency) > 0 && len(f.requests) != len(f.concurrency) {
+			return w, t, fmt.Errorf("--requests has %d values for %d concurrency levels", len(f.requests), len(f.concurrency))
+		}
+		w.Chat = objective.ChatSpec{Concurrency: f.concurrency, Requests: f.requests, MaxTokens: f.maxTokens, Repeats: f.repeats,
+			Warmup: &warm, PromptTokens: f.promptTokens, PromptsFile: f.promptsFile, ReusePrompts: f.reusePrompts, IgnoreEOS: f.ignoreEOS}
+		if len(f.concurrency) == 0 && len(f.requests) == 4 {
+			w.Chat.Concurrency = []int{1, 16, 64, 128}
+		}
+	case "matrix":
+		w.Matrix = objective.MatrixSpec{Contexts: f.contexts, Concurrency: f.concurrency, DurationS: f.duration.Seconds(), MaxOutput: f.maxOutput}
+	default:
+		return w, t, fmt.Errorf("--workload %q: want chat or matrix", f.workload)
+	}
+	w = w.WithDefaults()
+	if err := w.Validate(); err != nil {
+		return w, t, err
+	}
+	return w, t, nil
+}
+
+// printBench writes the human-readable result.
+func printBench(out io.Writer, w objective.Workload, res *objective.Result) {
+	if res.Model != "" {
+		fmt.Fprintf(out, "model: %s", res.Model)
+		if s := res.Server; s != nil && s.MaxTotalNumTokens > 0 {
+			fmt.Fprintf(out, "; server KV tokens %d", s.MaxTotalNumTokens)
+			if n := max(s.EffectiveMaxRunning, s.MaxRunningRequests); n > 0 {
+				fmt.Fprintf(out, ", max running requests %d", n)
+			}
+		}
+		fmt.Fprintln(out)
+	}
+	if w.Kind == "matrix" {
+		printMatrix(out, w, res)
+	} else {
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "conc\trepeat\trequested\tcompleted\tfailed\ttokens\ttok/s\treq/s\tTTFT p50\tTTFT p99\tlatency p50\tlatency p99\tITL p50\tITL p99\taudit\t")
+		for _, p := range res.Points {
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Concurrency, p.Repeat, p.Requested, p.Completed, p.Failed,
+				p.OutputTokens, p.OutputTokS, p.RequestsPerS, secs(p.TTFT.P50), secs(p.TTFT.P99), secs(p.Latency.P50), secs(p.Latency.P99),
+				secs(p.ITL.P50), secs(p.ITL.P99), auditWord(p.Audit))
+		}
+		tw.Flush()
+		if len(res.Medians) > 0 {
+			fmt.Fprintln(out, "\nmedians over repeats:")
+			tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "conc\trepeats\ttok/s\tTTFT p50\tTTFT p99\tlatency p99\tITL p99\t")
+			cs := make([]int, 0, len(res.Medians))
+			for c := range res.Medians {
+				cs = append(cs, c)
+			}
+			sort.Ints(cs)
+			for _, c := range cs {
+				m := res.Medians[c]
+				fmt.Fprintf(tw, "%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t\n", c, m.Repeats, m.OutputTokS, secs(m.TTFTP50), secs(m.TTFTP99), secs(m.LatencyP99), secs(m.ITLP99))
+			}
+			tw.Flush()
+		}
+		if res.ReusePrompts {
+			fmt.Fprintln(out, "prompts were reused across repeats (prefix cache warm after repeat 1)")
+		}
+	}
+	if q := res.Quality; q != nil {
+		for _, g := range []struct {
+			when string
+			c    *objective.QualityCheck
+		}{{"before", q.Before}, {"after", q.After}} {
+			if g.c == nil {
+				continue
+			}
+			fmt.Fprintf(out, "quality %s: json %s, tool %s (%s)\n", g.when, g.c.Summary.JSON, g.c.Summary.Tool, map[bool]string{true: "pass", false: "FAIL"}[g.c.Pass])
+			for _, f := range g.c.Failures {
+				fmt.Fprintf(out, "  %s\n", f)
+			}
+		}
+	}
+	if res.Audit.OK {
+		fmt.Fprintf(out, "audit: ok (%d points)\n", res.Audit.Points)
+	} else {
+		fmt.Fprintf(out, "audit: FAILED\n  %s\n", strings.Join(res.Audit.Errors, "\n  "))
+	}
+}
+
+// printMatrix prints seed 004's tables: prefill by context, then decode
+// total tok/s (or status) by context x concurrency.
+func printMatrix(out io.Writer, w objective.Workload, res *objective.Result) {
+	cell := map[[2]int]objective.Point{}
+	fmt.Fprintln(out, "prefill:")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "context\tstatus\tprompt tok/s\tTTFT\t")
+	for _, p := range res.Points {
+		switch p.Phase {
+		case objective.PhasePrefill:
+			fmt.Fprintf(tw, "%d\t%s\t%.0f\t%s\t\n", p.Context, p.Status, p.PromptTokS, secs(p.TTFT.P50))
+		case objective.PhaseDecode:
+			cell[[2]int{p.Context, p.Concurrency}] = p
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(out, "\nsustained decode, total tok/s (TTFT p50); rows context, columns simultaneous requests:")
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "context\t"
+	for _, c := range w.Matrix.Concurrency {
+		head += strconv.Itoa(c) + "\t"
+	}
+	fmt.Fprintln(tw, head)
+	for _, ctx := range w.Matrix.Contexts {
+		row := strconv.Itoa(ctx) + "\t"
+		for _, c := range w.Matrix.Concurrency {
+			p, ok := cell[[2]int{ctx, c}]
+			switch {
+			case !ok:
+				row += "-\t"
+			case p.Status == objective.StatusValid:
+				row += fmt.Sprintf("%.1f (%s)\t", p.OutputTokS, secs(p.TTFT.P50))
+			case p.Status == objective.StatusQueued:
+				row += fmt.Sprintf("%.1f queued (%s)\t", p.OutputTokS, secs(p.TTFT.P50))
+			default:
+				row += p.Status + "\t"
+			}
+		}
+		fmt.Fprintln(tw, row)
+	}
+	tw.Flush()
+	fmt.Fprintln(out, "Requests queued: the server could not run all requests at once, so some waited in a queue. Over capacity: not run because this many requests at this context would exceed the server's KV cache. Not run: skipped during the run, or the run stopped early.")
+}
+
+// secs formats seconds as ms below 1 s.
+func secs(s float64) string {
+	if s < 1 {
+		return fmt.Sprintf("%.1f ms", s*1000)
+	}
+	return fmt.Sprintf("%.2f s", s)
+}
+
+func auditWord(a objective.Audit) string {
+	if a.OK() {
+		return "ok"
+	}
+	return "FAILED"
 }

@@ -1,17 +1,116 @@
 package main
 
 import (
-	"errors"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sgtune/sgtune/space"
 )
+
+// reasonsPerRule bounds the distinct reasons the text output lists per rule.
+const reasonsPerRule = 8
+
+type ruleGroup struct {
+	rule  string
+	total int
+	items []space.RejectionCount
+}
+
+// groupRejections groups distinct rejections by rule, biggest rule first;
+// within a rule the survey's order (count, then message) is kept.
+func groupRejections(rs []space.RejectionCount) []ruleGroup {
+	idx := map[string]int{}
+	var out []ruleGroup
+	for _, r := range rs {
+		i, ok := idx[r.Rule]
+		if !ok {
+			i = len(out)
+			idx[r.Rule] = i
+			out = append(out, ruleGroup{rule: r.Rule})
+		}
+		out[i].total += r.Count
+		out[i].items = append(out[i].items, r)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].total > out[j].total })
+	return out
+}
 
 // checkCmd is `sgtune check STUDY_FILE [--json]`.
 func (a *app) checkCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "check STUDY_FILE",
 		Short: "Validate a study file and explain which configs would be rejected; launches nothing",
-		Args:  cobra.ExactArgs(1),
-		RunE:  func(cmd *cobra.Command, args []string) error { return errors.New("check: not implemented") },
+		Long: `check validates a study file, prints the size of its search space, checks
+every config (or a deterministic sample when the space is large or
+continuous) against SGLang's rules and the study's constraints, and explains
+each distinct rejection with its numbers. It launches nothing and writes
+nothing. Exit code 2 when the study file is invalid.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.ExactArgs(1)(cmd, args); err != nil {
+				return badInput(err)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := space.Load(args[0])
+			if err != nil {
+				return badInput(err)
+			}
+			sv := st.Survey(space.DefaultSurveyLimits)
+			if asJSON {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(sv)
+			}
+			printSurvey(a.stdout, st, &sv)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the survey as JSON")
+	return cmd
+}
+
+func printSurvey(w io.Writer, st *space.Study, sv *space.Survey) {
+	fmt.Fprintf(w, "study %s (%s): valid\n", st.Name, st.Path)
+	fmt.Fprintf(w, "engine: %s %s, command: %s, flags from %s\n", st.Engine.Name, st.Engine.Version, strings.Join(st.Engine.Command, " "), sv.Schema)
+	fmt.Fprintf(w, "model: %s; %d GPUs per trial, %d GPU group(s); on_limits_reduced: %s\n", st.Model, st.GPUsPerTrial, len(st.GPUGroups), st.OnLimitsReduced)
+	fmt.Fprintf(w, "params: %s\n", sv.ParamList())
+	switch {
+	case sv.Enumerated:
+		fmt.Fprintf(w, "space: %d configs, every one checked\n", sv.Size)
+	case sv.Continuous:
+		fmt.Fprintf(w, "space: continuous; checked a deterministic sample of %d configs\n", sv.Checked)
+	default:
+		fmt.Fprintf(w, "space: up to %.0f configs; checked a deterministic sample of %d\n", sv.Bound, sv.Checked)
+	}
+	pct := 0.0
+	if sv.Checked > 0 {
+		pct = 100 * float64(sv.Feasible) / float64(sv.Checked)
+	}
+	fmt.Fprintf(w, "feasible: %d (%.1f%%), infeasible: %d\n", sv.Feasible, pct, sv.Infeasible)
+	for _, e := range sv.Errors {
+		fmt.Fprintf(w, "error: %s\n", e)
+	}
+	if len(sv.Rejections) > 0 {
+		fmt.Fprintf(w, "rejections by rule (a config can break several):\n")
+		for _, g := range groupRejections(sv.Rejections) {
+			fmt.Fprintf(w, "  %s: %d configs, %d distinct reasons\n", g.rule, g.total, len(g.items))
+			for i, r := range g.items {
+				if i == reasonsPerRule && len(g.items) > reasonsPerRule+1 {
+					fmt.Fprintf(w, "    ... and %d more %s reasons (see --json)\n", len(g.items)-reasonsPerRule, g.rule)
+					break
+				}
+				fmt.Fprintf(w, "    %6d  %s\n", r.Count, r.Message)
+			}
+		}
+	}
+	if sv.Example != nil {
+		fmt.Fprintf(w, "example feasible config: %s %s\n", strings.Join(st.Engine.Command, " "), strings.Join(sv.Example.Flags, " "))
 	}
 }

@@ -1,3 +1,7 @@
+// randseednop=0 lets the study's seed reach goptuna's TPE, which draws from
+// the global math/rand (reference/go-libraries.md §1).
+//go:debug randseednop=0
+
 // Command sgtune tunes the launch flags of an LLM-serving engine (SGLang
 // first): it proposes configurations, rejects impossible ones, launches and
 // benchmarks the rest, stores every trial and exports the winner.

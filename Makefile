@@ -1,0 +1,42 @@
+# sgtune: build, test and demo. `make demo` runs a real study against the
+# bundled SGLang simulator; `make test` runs vet and every test.
+
+GO ?= go
+# Link the system SQLite when its headers are there (Debian: libsqlite3-dev):
+# compiling mattn/go-sqlite3's bundled amalgamation costs ~50 s per cold build.
+SQLITE_TAG := $(shell pkg-config --exists sqlite3 2>/dev/null && echo libsqlite3)
+export GOFLAGS := $(if $(SQLITE_TAG),-tags=$(SQLITE_TAG)) -buildvcs=false
+# The study files name their engines as commands on PATH (sglang-sim here).
+export PATH := $(CURDIR)/bin:$(PATH)
+
+.PHONY: all build test demo lint calibrate bench-loadgen clean
+
+all: build
+
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+test: build
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 15m ./...
+
+# A real study: launches sglang-sim through the launcher, measures it with the
+# load generator, stores every trial in sgtune.db, then exports the winner.
+demo: build
+	bin/sgtune run testdata/studies/demo.yaml --storage sgtune.db
+	bin/sgtune export --storage sgtune.db --format bash -o best-launch.sh
+	bash -n best-launch.sh
+	@echo "demo: trials in sgtune.db (sgtune status), winner in best-launch.sh"
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+calibrate: build
+	$(GO) run ./cmd/calibrate
+
+bench-loadgen:
+	$(GO) run ./cmd/bench-loadgen
+
+clean:
+	rm -rf bin sgtune.db sgtune.db-* best-launch.sh sgtune-logs

@@ -1,0 +1,462 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sgtune/sgtune/objective"
+	"github.com/sgtune/sgtune/sim"
+)
+
+// Tolerances of issue 3.
+const (
+	TolTokS   = 0.10
+	TolTTFT   = 0.25
+	TolMatrix = 0.15
+)
+
+// passingRuns are seed 000's five passing runs.
+var passingRuns = []string{"prefix-cache-on", "quad-ep4", "quad-ep4-cache-state128", "quad-ep4-cache-state384", "quad-ep4-mtp5-state384"}
+
+// seedPoint is one point of seed 000.
+type seedPoint struct {
+	File        string  `json:"file"`
+	Concurrency int     `json:"concurrency"`
+	OutputTokS  float64 `json:"output_tok_s"`
+	Completed   int     `json:"completed"`
+	Failed      int     `json:"failed"`
+	TTFT        struct {
+		P50 float64 `json:"p50"`
+		P99 float64 `json:"p99"`
+	} `json:"ttft_s"`
+}
+
+// seedRun is one run (configuration) of seed 000.
+type seedRun struct {
+	Name              string          `json:"name"`
+	State             string          `json:"state"`
+	RawCompleted      int             `json:"raw_completed"`
+	RawFailed         int             `json:"raw_failed"`
+	CUDAIllegalMemory bool            `json:"cuda_illegal_memory"`
+	Quality           json.RawMessage `json:"quality"`
+	Config            struct {
+		TP          int     `json:"tp"`
+		EP          int     `json:"ep"`
+		MaxModelLen int     `json:"max_model_len"`
+		Batched     int     `json:"max_num_batched_tokens"`
+		MemFraction float64 `json:"memory_fraction"`
+		Prefix      bool    `json:"prefix_caching"`
+		NoGraph     bool    `json:"disable_cuda_graph"`
+		NoOverlap   bool    `json:"disable_overlap_schedule"`
+		MRR         int     `json:"requested_max_running_requests"`
+		EffMRR      int     `json:"effective_max_running_requests"`
+		Slots       int     `json:"effective_state_pool_slots"`
+		KVTokens    int     `json:"engine_kv_tokens"`
+		SpecMethod  *string `json:"spec_method"`
+		SpecSteps   *int    `json:"spec_num_steps"`
+		SpecTokens  *int    `json:"spec_num_tokens"`
+	} `json:"config"`
+	Points []seedPoint `json:"points"`
+}
+
+type seed000 struct {
+	Runs []seedRun `json:"runs"`
+}
+
+func loadSeed000(path string) (*seed000, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var s seed000
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &s, nil
+}
+
+func (s *seed000) run(name string) *seedRun {
+	for i := range s.Runs {
+		if s.Runs[i].Name == name {
+			return &s.Runs[i]
+		}
+	}
+	return nil
+}
+
+// Argv is the SGLang command line of a seed configuration.
+func (r *seedRun) Argv() []string {
+	c := r.Config
+	a := []string{"--model-path", "zai-org/GLM-5.3-Flash", "--tp-size", fmt.Sprint(c.TP), "--ep-size", fmt.Sprint(c.EP),
+		"--mem-fraction-static", fmt.Sprint(c.MemFraction), "--chunked-prefill-size", fmt.Sprint(c.Batched),
+		"--context-length", fmt.Sprint(c.MaxModelLen), "--max-running-requests", fmt.Sprint(c.MRR)}
+	if !c.Prefix {
+		a = append(a, "--disable-radix-cache")
+	}
+	// A pool equal to the running cap with radix off is SGLang's default.
+	if c.Prefix || c.Slots != c.MRR {
+		a = append(a, "--max-mamba-cache-size", fmt.Sprint(c.Slots))
+	}
+	if c.NoGraph {
+		a = append(a, "--disable-cuda-graph")
+	}
+	if c.NoOverlap {
+		a = append(a, "--disable-overlap-schedule")
+	}
+	if c.SpecMethod != nil {
+		a = append(a, "--speculative-algorithm", *c.SpecMethod, "--speculative-num-steps", fmt.Sprint(*c.SpecSteps),
+			"--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", fmt.Sprint(*c.SpecTokens))
+	}
+	return a
+}
+
+// repeat returns the seed point of repeat rep (1-based) at conc.
+func (r *seedRun) repeat(rep, conc int) *seedPoint {
+	prefix := fmt.Sprintf("r%d-c%d_", rep, conc)
+	for i := range r.Points {
+		if strings.HasPrefix(r.Points[i].File, prefix) {
+			return &r.Points[i]
+		}
+	}
+	return nil
+}
+
+// Row compares one concurrency level.
+type Row struct {
+	Conc                  int
+	SimTokS, SeedTokS     float64
+	SimTTFT50, SeedTTFT50 float64
+	SimTTFT99             float64
+	R1TTFT50, R1TTFT99    float64
+}
+
+// TokDev is the relative deviation of output tok/s.
+func (r Row) TokDev() float64 { return rel(r.SimTokS, r.SeedTokS) }
+
+// TTFTDev is the relative deviation of TTFT p50.
+func (r Row) TTFTDev() float64 { return rel(r.SimTTFT50, r.SeedTTFT50) }
+
+// OK reports whether both figures are within tolerance.
+func (r Row) OK() bool {
+	return math.Abs(r.TokDev()) <= TolTokS && math.Abs(r.TTFTDev()) <= TolTTFT
+}
+
+func rel(sim, seed float64) float64 {
+	if seed == 0 {
+		return math.Inf(1)
+	}
+	return sim/seed - 1
+}
+
+// nearer returns the candidate nearer to v.
+func nearer(v float64, cands ...float64) float64 {
+	best := math.NaN()
+	for _, c := range cands {
+		if c == 0 || math.IsNaN(c) {
+			continue
+		}
+		if math.IsNaN(best) || math.Abs(c-v) < math.Abs(best-v) {
+			best = c
+		}
+	}
+	return best
+}
+
+// Calibrator runs the simulator and measures it.
+type Calibrator struct {
+	Speed  float64
+	Out    io.Writer
+	Levels []int
+	// Requests per level; default 8/32/256/512 for 1/16/64/128, else 4*c.
+	Requests map[int]int
+	// Repeats measured per level (default 1; the seed is compared on r2/r3).
+	Repeats int
+	// SimLog receives the simulator's output (default: discarded).
+	SimLog io.Writer
+}
+
+// simServer is an in-process sglang-sim.
+type simServer struct {
+	url    string
+	cancel context.CancelFunc
+	done   chan int
+}
+
+// startSim runs sim.Main in process and waits until it is ready or exits.
+func (c *Calibrator) startSim(ctx context.Context, argv []string) (*simServer, int, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	ready := make(chan string, 1)
+	done := make(chan int, 1)
+	log := c.SimLog
+	if log == nil {
+		log = io.Discard
+	}
+	argv = append(append([]string(nil), argv...), "--port", "0", "--sim-speedup", fmt.Sprint(c.Speed))
+	go func() {
+		done <- sim.Main(ctx, argv, log, log, sim.Options{Ready: func(addr string) { ready <- addr }})
+	}()
+	select {
+	case addr := <-ready:
+		return &simServer{url: "http://" + addr, cancel: cancel, done: done}, 0, nil
+	case code := <-done:
+		cancel()
+		return nil, code, fmt.Errorf("simulator exited with code %d during startup", code)
+	case <-ctx.Done():
+		cancel()
+		return nil, 0, ctx.Err()
+	}
+}
+
+func (s *simServer) stop() int {
+	s.cancel()
+	return <-s.done
+}
+
+func (c *Calibrator) requests(conc int) int {
+	if n, ok := c.Requests[conc]; ok {
+		return n
+	}
+	switch conc {
+	case 1:
+		return 8
+	case 16:
+		return 32
+	case 64:
+		return 256
+	case 128:
+		return 512
+	}
+	return 4 * conc
+}
+
+// scaled converts a point measured under speed-up S to simulated units.
+func (c *Calibrator) scaled(p objective.Point) (tokS, ttft50, ttft99 float64) {
+	return p.OutputTokS / c.Speed, p.TTFT.P50 * c.Speed, p.TTFT.P99 * c.Speed
+}
+
+// Chat runs the seed-000 sweep on run r's configuration.
+func (c *Calibrator) Chat(ctx context.Context, r *seedRun, warm bool) ([]Row, error) {
+	srv, _, err := c.startSim(ctx, r.Argv())
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	reqs := make([]int, len(c.Levels))
+	for i, l := range c.Levels {
+		reqs[i] = c.requests(l)
+	}
+	rep := c.Repeats
+	if rep == 0 {
+		rep = 1
+	}
+	w := objective.Workload{Kind: "chat", Chat: objective.ChatSpec{Concurrency: c.Levels, Requests: reqs, MaxTokens: 256, Repeats: rep, Warmup: &warm}}
+	// Hang timeout in wall seconds: generous for a sim at speed-up S.
+	w.HangTimeout = math.Max(5, 120/c.Speed)
+	res, err := objective.Run(ctx, objective.Target{URL: srv.url}, w, objective.Options{})
+	if err != nil && res == nil {
+		return nil, err
+	}
+	var rows []Row
+	for _, p := range res.Points {
+		tok, t50, t99 := c.scaled(p)
+		row := Row{Conc: p.Concurrency, SimTokS: tok, SimTTFT50: t50, SimTTFT99: t99}
+		r2, r3 := r.repeat(2, p.Concurrency), r.repeat(3, p.Concurrency)
+		if r2 != nil && r3 != nil {
+			row.SeedTokS = nearer(tok, r2.OutputTokS, r3.OutputTokS)
+			row.SeedTTFT50 = nearer(t50, r2.TTFT.P50, r3.TTFT.P50)
+		}
+		if r1 := r.repeat(1, p.Concurrency); r1 != nil {
+			row.R1TTFT50, row.R1TTFT99 = r1.TTFT.P50, r1.TTFT.P99
+			if r2 == nil {
+				row.SeedTokS, row.SeedTTFT50 = r1.OutputTokS, r1.TTFT.P50
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows, err
+}
+
+// Faults runs the seed's failing configurations with the quality gate and
+// the sweep, and reports how each failed. It returns the number of
+// behaviours that differ from the seed.
+func (c *Calibrator) Faults(ctx context.Context, s *seed000) int {
+	bad := 0
+	fmt.Fprintf(c.Out, "\nfailing configurations (seed behaviour vs simulated)\n")
+	for _, name := range []string{"reproduce", "no-overlap", "state-pool-128", "no-cuda-graphs"} {
+		r := s.run(name)
+		srv, code, err := c.startSim(ctx, r.Argv())
+		if err != nil {
+			fmt.Fprintf(c.Out, "  %-16s startup failed (exit %d): %v\n", name, code, err)
+			bad++
+			continue
+		}
+		warm := false
+		w := objective.Workload{Kind: "chat", Chat: objective.ChatSpec{Concurrency: c.Levels, Requests: mapReqs(c, c.Levels), MaxTokens: 256, Repeats: 1, Warmup: &warm},
+			Quality: objective.QualitySpec{Enabled: true}}
+		w.HangTimeout = math.Max(5, 120/c.Speed)
+		rctx, cancel := context.WithCancel(ctx)
+		// Stop measuring when the simulated server dies, as the launcher would.
+		go func() {
+			select {
+			case code = <-srv.done:
+				srv.done <- code
+				cancel()
+			case <-rctx.Done():
+			}
+		}()
+		res, err := objective.Run(rctx, objective.Target{URL: srv.url}, w, objective.Options{})
+		cancel()
+		exit := srv.stop()
+		q := "-"
+		if res != nil && res.Quality != nil && res.Quality.Before != nil {
+			q = res.Quality.Before.Summary.JSON + " json, " + res.Quality.Before.Summary.Tool + " tools"
+		}
+		completed, failed, passed := 0, 0, []string{}
+		if res != nil {
+			for _, p := range res.Points {
+				completed += p.Completed
+				failed += p.Failed
+				if p.State == "passed" {
+					passed = append(passed, fmt.Sprintf("C%d %.1f tok/s", p.Concurrency, p.OutputTokS/c.Speed))
+				}
+			}
+		}
+		crashed := exit != 0
+		fmt.Fprintf(c.Out, "  %-16s sim: exit %d, quality before %s, sweep completed %d failed %d, passed [%s], err=%v\n",
+			name, exit, q, completed, failed, strings.Join(passed, "; "), errors.Unwrap(err) != nil || err != nil)
+		sq := string(r.Quality)
+		fmt.Fprintf(c.Out, "  %-16s seed: state %s, illegal memory %v, raw completed %d failed %d, quality %s\n", "", r.State, r.CUDAIllegalMemory, r.RawCompleted, r.RawFailed, shortQuality(sq))
+		if crashed != r.CUDAIllegalMemory {
+			bad++
+			fmt.Fprintf(c.Out, "  %-16s <-- crash behaviour differs\n", "")
+		}
+	}
+	return bad
+}
+
+func mapReqs(c *Calibrator, levels []int) []int {
+	out := make([]int, len(levels))
+	for i, l := range levels {
+		out[i] = c.requests(l)
+	}
+	return out
+}
+
+var qualityRe = regexp.MustCompile(`"json": "(\d+/\d+)", "tool": "(\d+/\d+)"`)
+
+func shortQuality(s string) string {
+	if m := qualityRe.FindStringSubmatch(strings.ReplaceAll(s, `":"`, `": "`)); m != nil {
+		return m[1] + " json, " + m[2] + " tools"
+	}
+	return "-"
+}
+
+// matrixCell is one sustained-decode cell of seed 004.
+type matrixCell struct {
+	Context, Conc int
+	Status        string
+	TotalTokS     float64
+}
+
+var contextRe = regexp.MustCompile(`^(\d+)K$`)
+
+func loadSeed004(path string) ([]matrixCell, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var cells []matrixCell
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "| Sustained decode |") {
+			continue
+		}
+		f := strings.Split(line, "|")
+		if len(f) < 7 {
+			continue
+		}
+		m := contextRe.FindStringSubmatch(strings.TrimSpace(f[2]))
+		if m == nil {
+			continue
+		}
+		k, _ := strconv.Atoi(m[1])
+		conc, _ := strconv.Atoi(strings.TrimSpace(f[3]))
+		c := matrixCell{Context: k * 1024, Conc: conc, Status: strings.TrimSpace(f[4])}
+		if v, err := strconv.ParseFloat(strings.ReplaceAll(strings.TrimSpace(f[5]), ",", ""), 64); err == nil {
+			c.TotalTokS = v
+		}
+		cells = append(cells, c)
+	}
+	if len(cells) == 0 {
+		return nil, fmt.Errorf("%s: no sustained-decode rows", path)
+	}
+	return cells, nil
+}
+
+// Seed004Argv is seed 004's launch command without host, port and key.
+var Seed004Argv = strings.Fields("--model-path zai-org/GLM-5.3-Flash --served-model-name zai-org/GLM-5.3-Flash --trust-remote-code --tp 8 --reasoning-parser glm45 --tool-call-parser glm47 --context-length 1048576 --mem-fraction-static 0.76 --enable-metrics --kv-cache-dtype fp8_e4m3 --dsa-prefill-backend flashinfer_sparse_mla --dsa-decode-backend flashinfer_sparse_mla --linear-attn-backend triton --attention-backend dsa --fp8-gemm-backend cutlass --moe-runner-backend triton --speculative-algorithm DFLASH --speculative-draft-model-path incoai/GLM-5.3-Flash-DFlash2 --speculative-draft-attention-backend fa4 --sim-profile glm-5.3-flash-rtxpro6000x8")
+
+// Matrix runs seed 004's matrix and compares sustained-decode total tok/s
+// per cell and the over-capacity cells.
+func (c *Calibrator) Matrix(ctx context.Context, cells []matrixCell) (int, error) {
+	srv, _, err := c.startSim(ctx, Seed004Argv)
+	if err != nil {
+		return 0, err
+	}
+	defer srv.stop()
+	ctxs, concs := []int{}, []int{1, 2, 4, 8, 16, 32, 64, 128}
+	seen := map[int]bool{}
+	for _, cl := range cells {
+		if !seen[cl.Context] {
+			seen[cl.Context] = true
+			ctxs = append(ctxs, cl.Context)
+		}
+	}
+	w := objective.Workload{Kind: "matrix", Matrix: objective.MatrixSpec{Contexts: ctxs, Concurrency: concs, DurationS: 30 / c.Speed, MaxOutput: 4096}}
+	w.HangTimeout = math.Max(10, 300/c.Speed)
+	start := time.Now()
+	res, err := objective.Run(ctx, objective.Target{URL: srv.url}, w, objective.Options{})
+	if res == nil {
+		return 0, err
+	}
+	fmt.Fprintf(c.Out, "\nseed 004 matrix (sustained decode total tok/s, sim vs seed; %.0f s wall)\n", time.Since(start).Seconds())
+	got := map[[2]int]objective.Point{}
+	for _, p := range res.Points {
+		if p.Phase == objective.PhaseDecode {
+			got[[2]int{p.Context, p.Concurrency}] = p
+		}
+	}
+	bad := 0
+	for _, cl := range cells {
+		p, ok := got[[2]int{cl.Context, cl.Conc}]
+		simStatus, simTok := "missing", 0.0
+		if ok {
+			simStatus, simTok = p.Status, p.OutputTokS/c.Speed
+		}
+		mark := ""
+		seedOver := cl.Status == objective.StatusOverCapacity
+		simOver := simStatus == objective.StatusOverCapacity
+		switch {
+		case seedOver != simOver && cl.Status != objective.StatusNotRun:
+			mark = "  <-- capacity differs"
+			bad++
+		case cl.TotalTokS > 0 && math.Abs(rel(simTok, cl.TotalTokS)) > TolMatrix:
+			mark = "  <-- out of tolerance"
+			bad++
+		}
+		dev := ""
+		if cl.TotalTokS > 0 {
+			dev = fmt.Sprintf("%+6.1f%%", rel(simTok, cl.TotalTokS)*100)
+		}
+		fmt.Fprintf(c.Out, "  %5dK x %-3d sim %-15s %8.1f | seed %-15s %8.1f %s%s\n", cl.Context/1024, cl.Conc, simStatus, simTok, cl.Status, cl.TotalTokS, dev, mark)
+	}
+	return bad, err
+}

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sgtune/sgtune/objective"
+	"github.com/sgtune/sgtune/objective/fakesse"
+)
+
+func TestBenchFlagsBadInput(t *testing.T) {
+	ts := httptest.NewServer(&fakesse.Server{})
+	defer ts.Close()
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no url", []string{"bench"}, "--url is required"},
+		{"bad url", []string{"bench", "--url", "localhost:30000"}, "want http://HOST:PORT"},
+		{"mismatched requests", []string{"bench", "--url", ts.URL, "--concurrency", "1,2", "--requests", "4"}, "2 concurrency levels"},
+		{"requests without levels", []string{"bench", "--url", ts.URL, "--requests", "4,8"}, "4 default concurrency levels"},
+		{"zero concurrency", []string{"bench", "--url", ts.URL, "--concurrency", "0", "--requests", "4"}, ">= 1"},
+		{"not a number", []string{"bench", "--url", ts.URL, "--concurrency", "x"}, "invalid argument"},
+		{"zero repeats", []string{"bench", "--url", ts.URL, "--repeats", "0"}, "--repeats"},
+		{"min pass", []string{"bench", "--url", ts.URL, "--min-pass", "1.5"}, "--min-pass"},
+		{"empty api key", []string{"bench", "--url", ts.URL, "--api-key-env", "SGTUNE_TEST_NO_SUCH_VAR"}, "unset or empty"},
+		{"workload", []string{"bench", "--url", ts.URL, "--workload", "soak"}, "want chat or matrix"},
+		{"extra argument", []string{"bench", "--url", ts.URL, "extra"}, "no arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			a := &app{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+			if code := a.execute(context.Background(), tt.args); code != exitUsage {
+				t.Errorf("exit %d, want %d; stderr %s", code, exitUsage, errb.String())
+			}
+			if !strings.Contains(errb.String(), tt.want) {
+				t.Errorf("stderr %q lacks %q", errb.String(), tt.want)
+			}
+			if out.Len() != 0 {
+				t.Errorf("bad input wrote to stdout: %s", out.String())
+			}
+			if ts.Config.Handler.(*fakesse.Server).Requests() != 0 {
+				t.Error("bad input sent requests")
+			}
+		})
+	}
+}
+
+func TestBenchJSON(t *testing.T) {
+	srv := &fakesse.Server{APIKey: "k"}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	var out, errb bytes.Buffer
+	a := &app{stdout: &out, stderr: &errb, getenv: func(k string) string { return map[string]string{"KEY": "k"}[k] }}
+	code := a.execute(context.Background(), []string{"bench", "--url", ts.URL, "--api-key-env", "KEY", "--concurrency", "1,4",
+		"--requests", "2,8", "--repeats", "2", "--max-tokens", "6", "--quality", "--json"})
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var doc struct {
+		Points []struct {
+			Concurrency, Repeat, Requested, Issued, Completed, Failed int
+			OutputTokens                                              int                `json:"output_tokens"`
+			OutputTokS                                                float64            `json:"output_tok_s"`
+			TTFT                                                      map[string]float64 `json:"ttft_s"`
+			Latency                                                   map[string]float64 `json:"latency_s"`
+			Audit                                                     map[string]bool    `json:"audit"`
+			State                                                     string
+		} `json:"points"`
+		Medians map[string]map[string]float64 `json:"medians"`
+		Quality struct {
+			Before, After struct {
+				Summary map[string]string `json:"summary"`
+			}
+		} `json:"quality"`
+		Audit struct{ OK bool } `json:"audit"`
+		Model string            `json:"model"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, out.String())
+	}
+	if len(doc.Points) != 4 {
+		t.Fatalf("%d points, want 4", len(doc.Points))
+	}
+	for _, p := range doc.Points {
+		if p.State != "passed" || p.Completed != p.Requested || p.Issued != p.Requested || p.OutputTokens != 6*p.Requested {
+			t.Errorf("point %+v", p)
+		}
+		for _, k := range []string{"raw_count", "completed", "failed", "tokens", "all_requested"} {
+			if !p.Audit[k] {
+				t.Errorf("c=%d r=%d: audit %s false", p.Concurrency, p.Repeat, k)
+			}
+		}
+		for _, k := range []string{"mean", "p50", "p90", "p99"} {
+			if p.TTFT[k] <= 0 || p.Latency[k] <= 0 {
+				t.Errorf("c=%d: ttft_s/latency_s lack %s", p.Concurrency, k)
+			}
+		}
+	}
+	if m := doc.Medians["4"]; m["repeats"] != 2 || m["output_tok_s"] <= 0 || m["ttft_p99_s"] <= 0 || m["latency_p99_s"] <= 0 {
+		t.Errorf("medians[4] = %v", m)
+	}
+	for _, s := range []map[string]string{doc.Quality.Before.Summary, doc.Quality.After.Summary} {
+		if s["json"] != "24/24" || s["tool"] != "8/8" {
+			t.Errorf("quality summary %v, want 24/24 and 8/8", s)
+		}
+	}
+	if !doc.Audit.OK || doc.Model != "fake/model" {
+		t.Errorf("audit %v model %q", doc.Audit, doc.Model)
+	}
+	if !strings.Contains(errb.String(), "c=4 r=2/2") || !strings.Contains(errb.String(), "quality after") {
+		t.Errorf("progress on stderr: %s", errb.String())
+	}
+}
+
+func TestBenchTableAndFailure(t *testing.T) {
+	tests := []struct {
+		name     string
+		srv      *fakesse.Server
+		args     []string
+		wantCode int
+		wantOut  []string
+	}{
+		{"table", &fakesse.Server{}, []string{"--concurrency", "2", "--requests", "4", "--repeats", "1", "--max-tokens", "3"}, exitOK,
+			[]string{"TTFT p99", "medians over repeats", "audit: ok (1 points)"}},
+		{"corrupt quality", &fakesse.Server{Corrupt: true}, []string{"--concurrency", "1", "--requests", "1", "--quality"}, exitFailure,
+			[]string{"quality before: json 0/24, tool 0/8 (FAIL)"}},
+		{"matrix", &fakesse.Server{KVTokens: 400}, []string{"--workload", "matrix", "--contexts", "64,256", "--concurrency", "1,2", "--duration", "100ms", "--max-output", "8"}, exitOK,
+			[]string{"prefill:", "Over capacity", "sustained decode"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := httptest.NewServer(tt.srv)
+			defer ts.Close()
+			var out, errb bytes.Buffer
+			a := &app{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+			code := a.execute(context.Background(), append([]string{"bench", "--url", ts.URL}, tt.args...))
+			if code != tt.wantCode {
+				t.Errorf("exit %d, want %d; stderr %s", code, tt.wantCode, errb.String())
+			}
+			for _, w := range tt.wantOut {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("stdout lacks %q:\n%s", w, out.String())
+				}
+			}
+		})
+	}
+}
+
+// startSim builds cmd/sglang-sim into a temporary directory, starts it with
+// args on a free port, waits for /health_generate and returns its URL. The
+// process is killed when the test ends.
+func startSim(t *testing.T, args ...string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the simulator")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(t.TempDir(), "sglang-sim")
+	build := exec.Command(goBin, "build", "-o", bin, "github.com/sgtune/sgtune/cmd/sglang-sim")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the simulator: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	var logBuf bytes.Buffer
+	cmd := exec.Command(bin, append(args, "--port", fmt.Sprint(port))...)
+	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	})
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(url + "/health_generate")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return url
+			}
+		}
+		select {
+		case <-done:
+			t.Fatalf("simulator exited before it was ready:\n%s", logBuf.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("simulator not ready after 60 s:\n%s", logBuf.String())
+		}
+	}
+}
+
+// TestBenchAgainstSimulator runs `sgtune bench --json --quality` against
+// the real simulator binary: every point's audit holds, completed equals
+// requested, and a healthy server passes 24/24 and 8/8.
+func TestBenchAgainstSimulator(t *testing.T) {
+	if os.Getenv("SGTUNE_SKIP_SIM") != "" {
+		t.Skip("SGTUNE_SKIP_SIM set")
+	}
+	url := startSim(t, "--model-path", "zai-org/GLM-5.3-Flash", "--tp-size", "4", "--tool-call-parser", "glm47",
+		"--reasoning-parser", "glm45", "--sim-speedup", "25")
+	var out, errb bytes.Buffer
+	a := &app{stdout: &out, stderr: &errb, getenv: os.Getenv}
+	code := a.execute(context.Background(), []string{"bench", "--url", url, "--concurrency", "1,16", "--requests", "4,32",
+		"--repeats", "2", "--max-tokens", "32", "--quality", "--json"})
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s", code, errb.String())
+	}
+	var doc benchDoc
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+		t.Fatalf("bench --json: %v\n%s", err, out.String())
+	}
+	if len(doc.Points) != 4 {
+		t.Fatalf("%d points, want 4", len(doc.Points))
+	}
+	for _, p := range doc.Points {
+		if !p.Audit.OK() || p.Completed != p.Requested || p.State != "passed" || p.OutputTokens == 0 {
+			t.Errorf("c=%d r=%d: state %s, completed %d of %d, %d tokens, audit %+v", p.Concurrency, p.Repeat, p.State, p.Completed, p.Requested, p.OutputTokens, p.Audit)
+		}
+	}
+	for _, q := range []*objective.QualityCheck{doc.Quality.Before, doc.Quality.After} {
+		if q == nil || q.Summary.JSON != "24/24" || q.Summary.Tool != "8/8" {
+			t.Errorf("quality %+v, want 24/24 and 8/8", q)
+		}
+	}
+	if doc.Server == nil || doc.Server.MaxTotalNumTokens <= 0 || !doc.Audit.OK {
+		t.Errorf("server %+v, audit %+v", doc.Server, doc.Audit)
+	}
+}
+
+// TestBenchQualityAgainstCorruptingSimulator: the simulator profile's
+// no-overlap fault corrupts outputs as in seed 000 (JSON 12/24, tools 0/8);
+// the gate fails and bench exits 1 without sweeping.
+func TestBenchQualityAgainstCorruptingSimulator(t *testing.T) {
+	if os.Getenv("SGTUNE_SKIP_SIM") != "" {
+		t.Skip("SGTUNE_SKIP_SIM set")
+	}
+	url := startSim(t, "--sim-profile", "glm-5.3-flash-h200x4", "--model-path", "zai-org/GLM-5.3-Flash", "--tp-size", "4",
+		"--tool-call-parser", "glm47", "--reasoning-parser", "glm45", "--disable-overlap-schedule", "--sim-speedup", "25")
+	var out, errb bytes.Buffer
+	a := &app{stdout: &out, stderr: &errb, getenv: os.Getenv}
+	code := a.execute(context.Background(), []string{"bench", "--url", url, "--concurrency", "1", "--requests", "2", "--repeats", "1", "--quality", "--json"})
+	if code != exitFailure {
+		t.Errorf("exit %d, want %d", code, exitFailure)
+	}
+	var doc benchDoc
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+		t.Fatalf("bench --json: %v\n%s", err, out.String())
+	}
+	q := doc.Quality.Before
+	if q == nil || q.Pass || q.Summary.JSON == "24/24" || q.Summary.Tool == "8/8" {
+		t.Errorf("quality before %+v, want a failed gate", q)
+	}
+	if len(doc.Points) != 0 || !strings.Contains(doc.Error, "quality gate failed") {
+		t.Errorf("%d points, error %q", len(doc.Points), doc.Error)
+	}
+	t.Logf("corrupting simulator: json %s, tool %s", q.Summary.JSON, q.Summary.Tool)
+}

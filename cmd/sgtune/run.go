@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sgtune/sgtune/search"
+	"github.com/sgtune/sgtune/space"
+	"github.com/sgtune/sgtune/storage"
+)
+
+// exitInterrupted is returned when Ctrl-C stopped a run before its budget was spent.
+const exitInterrupted = 130
+
+// interruptedError reports a run stopped by a signal.
+type interruptedError struct{}
+
+func (interruptedError) Error() string {
+	return "interrupted: the running trial was stopped and will be retried; run the same command to continue"
+}
+
+func (a *app) runCmd() *cobra.Command {
+	var (
+		storagePath string
+		trials      int
+		timeout     time.Duration
+		parallel    int
+		logDir      string
+	)
+	cmd := &cobra.Command{
+		Use:   "run STUDY_FILE",
+		Short: "Run a study, or continue it if the storage already holds it",
+		Long: `Run proposes configurations from the study's space, rejects the ones the
+engine's rules say cannot work, launches and benchmarks the rest one GPU group
+at a time, and stores every trial. Running the same command again continues the
+study: trial numbers continue, completed trials are kept, and trials that were
+interrupted are re-run first.
+
+The first Ctrl-C stops launching, ends the running trial cleanly and marks it to
+be retried; a second Ctrl-C tears the servers down at once.
+
+--trials is the number of launched trials the whole study may use (also across
+resumed runs); proposals rejected before launch do not count. --timeout stops
+starting new trials after the given time; the trial in flight finishes.`,
+		Example: `  sgtune run testdata/studies/demo.yaml
+  sgtune run study.yaml --storage runs/glm.db --trials 40 --timeout 10h --parallel 2`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := space.Load(args[0])
+			if err != nil {
+				return err
+			}
+			if trials < 0 || parallel < 0 || timeout < 0 {
+				return badInput(errors.New("--trials, --parallel and --timeout must not be negative"))
+			}
+			if _, err := search.Preflight(st, a.getenv); err != nil {
+				return err
+			}
+			store, err := storage.Open(storagePath)
+			if err != nil {
+				return fmt.Errorf("open storage: %w", err)
+			}
+			defer store.Close()
+			if logDir == "" {
+				logDir = filepath.Join(filepath.Dir(storagePath), "sgtune-logs")
+			}
+
+			ctx, stop := context.WithCancel(cmd.Context())
+			defer stop()
+			abort := make(chan struct{})
+			watchDone := make(chan struct{})
+			defer close(watchDone)
+			go a.watchSignals(stop, abort, watchDone)
+
+			sum, runErr := search.Run(ctx, search.Options{
+				Study: st, Store: store, LogDir: logDir,
+				Trials: trials, Timeout: timeout, Parallel: parallel,
+				Out: a.stdout, Getenv: a.getenv, Abort: abort,
+			})
+			a.printSummary(st, sum)
+			if runErr != nil {
+				return runErr
+			}
+			if sum.Interrupted {
+				return interruptedError{}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&storagePath, "storage", "sgtune.db", "SQLite database holding the study")
+	f.IntVar(&trials, "trials", 0, "launched-trial budget for the study (default: the study file's budget.trials)")
+	f.DurationVar(&timeout, "timeout", 0, "stop starting trials after this long, e.g. 8h (default: the study file's budget.timeout)")
+	f.IntVar(&parallel, "parallel", 0, "trials at once, one per GPU group (default: the study file's budget.parallel or 1)")
+	f.StringVar(&logDir, "log-dir", "", "directory for per-trial server logs (default: sgtune-logs beside the storage)")
+	return cmd
+}
+
+// watchSignals cancels the run on the first interrupt and closes abort on the second.
+func (a *app) watchSignals(stop context.CancelFunc, abort chan struct{}, done <-chan struct{}) {
+	if a.interrupts == nil {
+		return
+	}
+	n := 0
+	for {
+		select {
+		case <-done:
+			return
+		case <-a.interrupts:
+			n++
+			if n == 1 {
+				fmt.Fprintln(a.stderr, "sgtune: interrupt: finishing the running trial cleanly (Ctrl-C again to tear down at once)")
+				stop()
+			} else {
+				fmt.Fprintln(a.stderr, "sgtune: second interrupt: tearing down now")
+				close(abort)
+				return
+			}
+		}
+	}
+}
+
+func (a *app) printSummary(st *space.Study, sum search.Summary) {
+	counts := map[string]int{}
+	for _, r := range sum.Records {
+		counts[r.State]++
+	}
+	var parts []string
+	for _, s := range []string{search.StateComplete, search.StateFailed, search.StateInfeasible, search.StateDuplicate, search.StateInterrupted, search.StateRunning} {
+		if counts[s] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
+		}
+	}
+	fmt.Fprintf(a.stdout, "\nstudy %s: %d trials stored (%s); this run launched %d\n",
+		st.Name, len(sum.Records), strings.Join(parts, ", "), sum.Launched)
+	if sum.Best == nil {
+		fmt.Fprintln(a.stdout, "no trial met the score's SLO and gates yet; see `sgtune status` for the reasons")
+		return
+	}
+	b := sum.Best
+	fmt.Fprintf(a.stdout, "best: trial %d, score %.2f\n", b.Number, *b.Score)
+	fmt.Fprintf(a.stdout, "  %s\n", strings.Join(b.Flags(), " "))
+	fmt.Fprintln(a.stdout, "export it with: sgtune export --format bash -o best-launch.sh")
+}
+
+// exactArgs is cobra.ExactArgs with bad input mapped to exit code 2.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
+			return badInput(fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath()))
+		}
+		return nil
+	}
+}
+
+// openExisting opens a storage that must already exist: commands that only
+// read never create a database.
+func openExisting(path string) (*storage.Store, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, badInput(fmt.Errorf("no storage at %s (run `sgtune run STUDY_FILE` first, or pass --storage): %w", path, err))
+	}
+	return storage.Open(path)
+}

@@ -1,0 +1,445 @@
+package launcher
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// groupGone reports whether no live process of group pgid is left, waiting
+// up to 5 s for the kernel to finish tearing it down. Zombies waiting for
+// init to reap them do not count (see groupAlive).
+func groupGone(t *testing.T, pgid int) bool {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH) || !groupAlive(pgid) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// pidAlive reports whether pid exists and is not a zombie.
+func pidAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	state, _, ok := parseStat(string(b))
+	return ok && state != 'Z' && state != 'X'
+}
+
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+// killGroup is a test cleanup: never leave a fake server behind, even when
+// an assertion failed before Stop.
+func killGroup(t *testing.T, pid int) {
+	t.Cleanup(func() {
+		if pid > 0 {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	})
+}
+
+func TestStartOKFactsRedactionStop(t *testing.T) {
+	const key = "sk-test-SECRET-0123456789"
+	spec := helperSpec(t, "ok", "--model-path", "zai-org/GLM-5.3-Flash", "--api-key", key)
+	spec.APIKey = key
+	spec.Secrets = []string{"zai-org/GLM-5.3-Flash-not-present"}
+	spec.GPUs = []int{2, 3}
+	srv, err := Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	killGroup(t, srv.PID)
+
+	want := Facts{MaxTotalNumTokens: 1171862, MaxRunningRequests: 51, RequestedMaxRunningRequests: 64,
+		ReducedMaxRunningRequests: 51, MambaCacheSize: 256, KVCacheTokens: 1171862, ChunkedPrefillSize: 8192,
+		MaxPrefillTokens: 16384, ContextLen: 202752, AvailableGPUMemGB: 9.30, CUDAGraph: true}
+	got := srv.Facts
+	if got.StartupS <= 0 || got.StartupS > 30 {
+		t.Errorf("StartupS = %v", got.StartupS)
+	}
+	got.StartupS = 0
+	if got != want {
+		t.Errorf("Facts\n got %+v\nwant %+v", got, want)
+	}
+	if !strings.HasPrefix(srv.URL, "http://127.0.0.1:") || srv.Port == 0 {
+		t.Errorf("URL %q port %d", srv.URL, srv.Port)
+	}
+	resp, err := http.Get(srv.URL + "/health_generate")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("health after Start: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	if f := srv.Failure(); f != nil {
+		t.Errorf("Failure while running = %v", f)
+	}
+	select {
+	case <-srv.Exited():
+		t.Fatal("Exited closed while running")
+	default:
+	}
+	if err := srv.Stop(context.Background()); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	if f := srv.Failure(); f != nil {
+		t.Errorf("Failure after clean stop = %v", f)
+	}
+	if !groupGone(t, srv.PID) {
+		t.Error("process group still exists after Stop")
+	}
+	if !portFree(srv.Port) {
+		t.Errorf("port %d not free after Stop", srv.Port)
+	}
+	if err := srv.Stop(context.Background()); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+
+	log, err := os.ReadFile(spec.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{key, "GLM-5.3-Flash-not-present"} {
+		if strings.Contains(string(log), s) || strings.Contains(srv.LogTail(1000), s) {
+			t.Errorf("log or tail contains secret %q", s)
+		}
+	}
+	for _, s := range []string{"api_key='<redacted>'", "--api-key <redacted>", ReadyLine,
+		"CUDA_VISIBLE_DEVICES=2,3", "Received sigterm"} {
+		if !strings.Contains(string(log), s) {
+			t.Errorf("log lacks %q:\n%s", s, log)
+		}
+	}
+}
+
+func TestStartFailures(t *testing.T) {
+	notExec := t.TempDir() + "/not-executable"
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	garbage := t.TempDir() + "/garbage"
+	if err := os.WriteFile(garbage, []byte{0, 1, 2, 3, 4, 5, 6, 7}, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		argv     []string // instead of the helper
+		mode     string
+		timeout  time.Duration
+		class    string
+		exit     int
+		excerpt  string // a decisive line the excerpt must hold
+		reason   string // what Reason must hold
+		maxSecs  float64
+		attempts int // attempt lines in the log
+	}{
+		{name: "illegal memory access", mode: "ima", class: ClassIllegalMemoryAccess, exit: 1,
+			excerpt: "RuntimeError: CUDA error: an illegal memory access was encountered", maxSecs: 10, attempts: 1,
+			reason: "RuntimeError: CUDA error: an illegal memory access was encountered"},
+		{name: "oom", mode: "oom", class: ClassOOM, exit: 1,
+			excerpt: "torch.OutOfMemoryError: CUDA out of memory", maxSecs: 10, attempts: 1,
+			reason: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."},
+		{name: "generic crash kills the group", mode: "group-die", class: ClassStartupCrash, exit: 1,
+			excerpt: "AssertionError: something broke", maxSecs: 10, attempts: 1, reason: "AssertionError: something broke"},
+		{name: "argparse usage", mode: "usage", class: ClassBadCommand, exit: 2,
+			excerpt: "error: unrecognized arguments: --bogus-flag", maxSecs: 10, attempts: 1,
+			reason: "launch_server.py: error: unrecognized arguments: --bogus-flag"},
+		{name: "port taken on every attempt", mode: "port-always", class: ClassStartupCrash, exit: 1,
+			excerpt: "address already in use", maxSecs: 10, attempts: PortAttempts, reason: "address already in use"},
+		{name: "startup timeout", mode: "hang", timeout: 700 * time.Millisecond, class: ClassStartupTimeout,
+			exit: 128 + int(syscall.SIGTERM), maxSecs: 10, attempts: 1, reason: "not ready within 700ms"},
+		{name: "missing executable", argv: []string{"/nonexistent/sglang-sim-xyz"}, class: ClassBadCommand, exit: -1,
+			excerpt: "cannot run the command", maxSecs: 5, reason: "no such file or directory"},
+		{name: "not executable", argv: []string{notExec}, class: ClassBadCommand, exit: -1,
+			excerpt: "permission denied", maxSecs: 5},
+		{name: "exec format error", argv: []string{garbage}, class: ClassBadCommand, exit: -1,
+			excerpt: "exec format error", maxSecs: 5},
+		{name: "empty command", argv: []string{}, class: ClassBadCommand, exit: -1, maxSecs: 5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := helperSpec(t, tc.mode)
+			if tc.argv != nil {
+				spec.Argv = tc.argv
+			}
+			if tc.timeout > 0 {
+				spec.StartupTimeout = tc.timeout
+			}
+			t0 := time.Now()
+			srv, err := Start(context.Background(), spec)
+			took := time.Since(t0).Seconds()
+			if srv != nil {
+				killGroup(t, srv.PID)
+				t.Fatalf("Start succeeded, want %s", tc.class)
+			}
+			var f *Failure
+			if !errors.As(err, &f) {
+				t.Fatalf("error %v (%T) is not a *Failure", err, err)
+			}
+			if f.Class != tc.class || f.ExitCode != tc.exit {
+				t.Errorf("class %q exit %d, want %q %d (err %v)\nexcerpt:\n%s", f.Class, f.ExitCode, tc.class, tc.exit, f.Err, f.Excerpt)
+			}
+			if !strings.Contains(f.Excerpt, tc.excerpt) {
+				t.Errorf("excerpt lacks %q:\n%s", tc.excerpt, f.Excerpt)
+			}
+			if !strings.Contains(f.Reason, tc.reason) || strings.Contains(f.Reason, "\n") {
+				t.Errorf("Reason %q, want it to hold %q", f.Reason, tc.reason)
+			}
+			if len(f.Excerpt) > excerptMax {
+				t.Errorf("excerpt is %d bytes", len(f.Excerpt))
+			}
+			if took > tc.maxSecs {
+				t.Errorf("Start took %.1fs, want under %.0fs", took, tc.maxSecs)
+			}
+			if tc.attempts > 0 {
+				log, _ := os.ReadFile(spec.LogPath)
+				if n := strings.Count(string(log), "# sgtune launcher: attempt "); n != tc.attempts {
+					t.Errorf("%d attempts in log, want %d", n, tc.attempts)
+				}
+				// No process of the trial is left: the helper prints its
+				// sleeper's pid; every fake server was its own group leader.
+				for _, m := range regexp.MustCompile(`SLEEPER_PID=(\d+)`).FindAllStringSubmatch(string(log), -1) {
+					pid, _ := strconv.Atoi(m[1])
+					if pidAlive(pid) {
+						t.Errorf("group member %d still alive", pid)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestPortConflictRetried(t *testing.T) {
+	spec := helperSpec(t, "port-once")
+	srv, err := Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	killGroup(t, srv.PID)
+	defer srv.Stop(context.Background())
+	log, _ := os.ReadFile(spec.LogPath)
+	if !strings.Contains(string(log), "# sgtune launcher: attempt 2") || !strings.Contains(string(log), "was taken; retrying") {
+		t.Errorf("no retry in log:\n%s", log)
+	}
+	if srv.Facts.MaxTotalNumTokens != 1171862 {
+		t.Errorf("facts of the second attempt: %+v", srv.Facts)
+	}
+}
+
+func TestCrashAfterReady(t *testing.T) {
+	for _, tc := range []struct{ mode, class, excerpt string }{
+		{"crash-after-ready", ClassCrashed, "AssertionError: something broke"},
+		{"ima-after-ready", ClassIllegalMemoryAccess, "an illegal memory access was encountered"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			srv, err := Start(context.Background(), helperSpec(t, tc.mode))
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			killGroup(t, srv.PID)
+			select {
+			case <-srv.Exited():
+			case <-time.After(20 * time.Second):
+				t.Fatal("Exited not closed after the crash")
+			}
+			f := srv.Failure()
+			if f == nil || f.Class != tc.class || f.ExitCode != 1 || !strings.Contains(f.Excerpt, tc.excerpt) ||
+				!strings.Contains(f.Reason, tc.excerpt) {
+				t.Fatalf("Failure = %+v", f)
+			}
+			if err := srv.Stop(context.Background()); err != nil {
+				t.Errorf("Stop after crash: %v", err)
+			}
+			if g := srv.Failure(); g == nil || g.Class != tc.class {
+				t.Errorf("Failure after Stop = %v", g)
+			}
+			if !groupGone(t, srv.PID) || !portFree(srv.Port) {
+				t.Error("group or port left after crash + Stop")
+			}
+		})
+	}
+}
+
+func TestStopEscalatesToSIGKILL(t *testing.T) {
+	spec := helperSpec(t, "ignore-term")
+	spec.Grace = 300 * time.Millisecond
+	srv, err := Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	killGroup(t, srv.PID)
+	t0 := time.Now()
+	second := make(chan time.Duration, 1)
+	go func() { // a concurrent Stop waits for the first one
+		time.Sleep(20 * time.Millisecond)
+		_ = srv.Stop(context.Background())
+		second <- time.Since(t0)
+	}()
+	if err := srv.Stop(context.Background()); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	if d := time.Since(t0); d < spec.Grace {
+		t.Errorf("Stop took %v, less than the grace: SIGTERM was not ignored?", d)
+	}
+	if d := <-second; d < spec.Grace {
+		t.Errorf("concurrent Stop returned after %v, before the group was gone", d)
+	}
+	if f := srv.Failure(); f != nil {
+		t.Errorf("a stop is not a failure: %v", f)
+	}
+	if !groupGone(t, srv.PID) || !portFree(srv.Port) {
+		t.Error("group or port left")
+	}
+	log, _ := os.ReadFile(spec.LogPath)
+	if !strings.Contains(string(log), "sending SIGKILL") {
+		t.Errorf("log lacks the escalation:\n%s", log)
+	}
+}
+
+func TestStopKillsWholeGroup(t *testing.T) {
+	spec := helperSpec(t, "group")
+	srv, err := Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	killGroup(t, srv.PID)
+	m := regexp.MustCompile(`SLEEPER_PID=(\d+)`).FindStringSubmatch(srv.LogTail(100))
+	if m == nil {
+		t.Fatalf("no sleeper pid in tail:\n%s", srv.LogTail(100))
+	}
+	sleeper, _ := strconv.Atoi(m[1])
+	if err := srv.Stop(context.Background()); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	if pidAlive(sleeper) {
+		t.Errorf("sleeper %d (ignores SIGTERM) survived Stop", sleeper)
+	}
+	if !groupGone(t, srv.PID) {
+		t.Error("group left")
+	}
+}
+
+func TestMarkHang(t *testing.T) {
+	srv, err := Start(context.Background(), helperSpec(t, "ok"))
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	killGroup(t, srv.PID)
+	srv.MarkHang()
+	if err := srv.Stop(context.Background()); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	f := srv.Failure()
+	if f == nil || f.Class != ClassHang || !strings.Contains(f.Tail, "Received sigterm") {
+		t.Errorf("Failure = %+v", f)
+	}
+}
+
+func TestStartCanceled(t *testing.T) {
+	spec := helperSpec(t, "hang")
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	srv, err := Start(ctx, spec)
+	if srv != nil {
+		killGroup(t, srv.PID)
+	}
+	var f *Failure
+	if err == nil || !errors.Is(err, context.Canceled) || errors.As(err, &f) {
+		t.Fatalf("err = %v, want a non-Failure wrapping context.Canceled", err)
+	}
+	log, _ := os.ReadFile(spec.LogPath)
+	if !strings.Contains(string(log), "start canceled") {
+		t.Errorf("log:\n%s", log)
+	}
+}
+
+// TestPdeathsig kills -9 a process that started a server through Start and
+// checks the server dies with it.
+func TestPdeathsig(t *testing.T) {
+	parent := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "--", "parent")
+	parent.Env = append(os.Environ(), helperEnv+"=1")
+	parent.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := parent.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killGroup(t, parent.Process.Pid)
+	line := make(chan string, 1)
+	go func() { // ends when the parent's stdout closes
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "CHILD_PID=") || strings.HasPrefix(sc.Text(), "START_ERR=") {
+				line <- sc.Text()
+			}
+		}
+		close(line)
+	}()
+	var l string
+	select {
+	case l = <-line:
+	case <-time.After(30 * time.Second):
+		t.Fatal("parent printed nothing")
+	}
+	child, err := strconv.Atoi(strings.TrimPrefix(l, "CHILD_PID="))
+	if err != nil {
+		t.Fatalf("parent: %s", l)
+	}
+	killGroup(t, child)
+	if !pidAlive(child) {
+		t.Fatalf("server %d not running before the kill", child)
+	}
+	_ = parent.Process.Signal(syscall.SIGKILL)
+	_ = parent.Wait()
+	if !groupGone(t, child) {
+		t.Errorf("server group %d survived kill -9 of its launcher", child)
+	}
+}
+
+// BenchmarkCrashDetection reports the time from a fake server's last act
+// before exiting (it prints a timestamp and exits 1) to Start returning its
+// Failure. Process start-up is outside the measured span.
+func BenchmarkCrashDetection(b *testing.B) {
+	re := regexp.MustCompile(`EXIT_AT=(\d+)`)
+	var total time.Duration
+	for b.Loop() {
+		spec := helperSpec(b, "exit-stamp")
+		_, err := Start(context.Background(), spec)
+		done := time.Now()
+		var f *Failure
+		if !errors.As(err, &f) {
+			b.Fatalf("err = %v", err)
+		}
+		m := re.FindStringSubmatch(f.Tail)
+		if m == nil {
+			b.Fatalf("no stamp in tail:\n%s", f.Tail)
+		}
+		at, _ := strconv.ParseInt(m[1], 10, 64)
+		total += done.Sub(time.Unix(0, at))
+	}
+	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns-exit-to-failure/op")
+}

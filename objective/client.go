@@ -1,0 +1,263 @@
+package objective
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+)
+
+// HTTPDoer is what go-openai calls to send a request.
+type HTTPDoer interface {
+	Do(*http.Request) (*http.Response, error)
+}
+
+// ExtrasDoer is an HTTPDoer that merges SGLang-specific fields into every
+// JSON request body before sending it. go-openai has no ExtraBody for chat
+// requests and drops `temperature: 0` (omitempty), so `ignore_eos`,
+// `min_tokens` and an explicit zero temperature travel this way.
+type ExtrasDoer struct {
+	Doer   HTTPDoer
+	Extras map[string]any
+}
+
+// Do patches the body of req with d.Extras and sends it.
+func (d ExtrasDoer) Do(req *http.Request) (*http.Response, error) {
+	if len(d.Extras) > 0 && req.Body != nil && req.Method == http.MethodPost {
+		body, err := io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		body, err = patchBody(body, d.Extras)
+		if err != nil {
+			return nil, err
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.ContentLength = int64(len(body))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	return d.Doer.Do(req)
+}
+
+// patchBody merges extras into a JSON object, replacing existing keys.
+// Nested objects given as map[string]any are merged one level deep, so
+// `stream_options` can gain `continuous_usage_stats` without losing
+// `include_usage`.
+func patchBody(body []byte, extras map[string]any) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, fmt.Errorf("patch request body: %w", err)
+	}
+	for k, v := range extras {
+		if sub, ok := v.(map[string]any); ok {
+			var old map[string]json.RawMessage
+			if raw, ok := m[k]; ok {
+				_ = json.Unmarshal(raw, &old)
+			}
+			if old == nil {
+				old = map[string]json.RawMessage{}
+			}
+			for sk, sv := range sub {
+				b, err := json.Marshal(sv)
+				if err != nil {
+					return nil, err
+				}
+				old[sk] = b
+			}
+			b, err := json.Marshal(old)
+			if err != nil {
+				return nil, err
+			}
+			m[k] = b
+			continue
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("patch request body: %s: %w", k, err)
+		}
+		m[k] = b
+	}
+	return json.Marshal(m)
+}
+
+// NewTransport returns an http.Transport for conns concurrent streams to
+// one host: enough idle connections that closed-loop workers reuse theirs
+// (the default of 2 per host made 70% more dials at C128), no compression.
+func NewTransport(conns int) *http.Transport {
+	if conns < 64 {
+		conns = 64
+	}
+	return &http.Transport{
+		Proxy:                 nil, // measurement traffic never goes through a proxy
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          conns * 2,
+		MaxIdleConnsPerHost:   conns * 2,
+		MaxConnsPerHost:       0,
+		IdleConnTimeout:       90 * time.Second,
+		DisableCompression:    true,
+		ResponseHeaderTimeout: 0, // a queued request may wait long for headers; hangs are caught by the progress watchdog
+	}
+}
+
+// NewOpenAIClient returns a go-openai client for t that sends extras with
+// every request. Sweeps use sgtune's own reader; this client is what
+// bench-loadgen compares against.
+func NewOpenAIClient(t Target, conns int, extras map[string]any) *openai.Client {
+	key := t.APIKey
+	if key == "" {
+		key = "EMPTY"
+	}
+	cfg := openai.DefaultConfig(key)
+	cfg.BaseURL = strings.TrimRight(t.URL, "/") + "/v1"
+	// No http.Client.Timeout: it would cap the whole stream. Contexts bound requests.
+	cfg.HTTPClient = ExtrasDoer{Doer: &http.Client{Transport: NewTransport(conns)}, Extras: extras}
+	return openai.NewClientWithConfig(cfg)
+}
+
+// client posts chat requests and hands back their SSE streams.
+type client struct {
+	base   string
+	apiKey string
+	hc     *http.Client
+}
+
+func newClient(t Target, conns int) *client {
+	return &client{
+		base:   strings.TrimRight(t.URL, "/"),
+		apiKey: t.APIKey,
+		hc:     &http.Client{Transport: NewTransport(conns)},
+	}
+}
+
+func (c *client) close() { c.hc.CloseIdleConnections() }
+
+// HTTPError is a non-2xx answer from the server.
+type HTTPError struct {
+	Status int
+	Body   string
+}
+
+func (e *HTTPError) Error() string {
+	return fmt.Sprintf("HTTP %d: %s", e.Status, e.Body)
+}
+
+// post sends body to path and returns the response when it is 2xx.
+func (c *client) post(ctx context.Context, path string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		resp.Body.Close()
+		return nil, &HTTPError{Status: resp.StatusCode, Body: strings.TrimSpace(string(b))}
+	}
+	return resp, nil
+}
+
+// getJSON fetches path and decodes it into v.
+func (c *client) getJSON(ctx context.Context, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return err
+	}
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		return &HTTPError{Status: resp.StatusCode, Body: strings.TrimSpace(string(b))}
+	}
+	if s, ok := v.(*[]byte); ok {
+		*s = b
+		return nil
+	}
+	return json.Unmarshal(b, v)
+}
+
+// resolveModel returns t.Model, or the first model /v1/models lists.
+func (c *client) resolveModel(ctx context.Context, model string) (string, error) {
+	if model != "" {
+		return model, nil
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := c.getJSON(ctx, "/v1/models", &list); err != nil {
+		return "", fmt.Errorf("ask /v1/models for the served model: %w", err)
+	}
+	if len(list.Data) == 0 || list.Data[0].ID == "" {
+		return "", errors.New("/v1/models lists no model; pass the model name")
+	}
+	return list.Data[0].ID, nil
+}
+
+// ServerInfo is what sgtune reads from SGLang's /server_info.
+type ServerInfo struct {
+	MaxTotalNumTokens   int            `json:"max_total_num_tokens,omitempty"`
+	MaxRunningRequests  int            `json:"max_running_requests,omitempty"`
+	EffectiveMaxRunning int            `json:"effective_max_running_requests,omitempty"`
+	Version             string         `json:"version,omitempty"`
+	Raw                 map[string]any `json:"-"`
+}
+
+// serverInfo fetches /server_info (or the older /get_server_info). It
+// returns nil when neither answers: not every OpenAI server has them.
+func (c *client) serverInfo(ctx context.Context) *ServerInfo {
+	var raw map[string]any
+	if err := c.getJSON(ctx, "/server_info", &raw); err != nil {
+		if err := c.getJSON(ctx, "/get_server_info", &raw); err != nil {
+			return nil
+		}
+	}
+	si := &ServerInfo{Raw: raw}
+	si.MaxTotalNumTokens = intOf(raw["max_total_num_tokens"])
+	si.MaxRunningRequests = intOf(raw["max_running_requests"])
+	if v, ok := raw["version"].(string); ok {
+		si.Version = v
+	}
+	if states, ok := raw["internal_states"].([]any); ok && len(states) > 0 {
+		if st, ok := states[0].(map[string]any); ok {
+			if si.MaxTotalNumTokens == 0 {
+				si.MaxTotalNumTokens = intOf(st["max_total_num_tokens"])
+			}
+			si.EffectiveMaxRunning = intOf(st["effective_max_running_requests_per_dp"])
+		}
+	}
+	return si
+}
+
+func intOf(v any) int {
+	if f, ok := v.(float64); ok {
+		return int(f)
+	}
+	return 0
+}

@@ -1,0 +1,367 @@
+package objective
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// RequestRecord is one measured request. Results keep them so that scores
+// that need per-request data (goodput) can be recomputed from storage.
+type RequestRecord struct {
+	Phase        string  `json:"phase,omitempty"`
+	Concurrency  int     `json:"concurrency"`
+	Repeat       int     `json:"repeat"`
+	Context      int     `json:"context,omitempty"`
+	OK           bool    `json:"ok"`
+	Error        string  `json:"error,omitempty"`
+	StartS       float64 `json:"start_s"`   // offset from the start of its point
+	TTFT         float64 `json:"ttft_s"`    // 0 when no token arrived
+	Latency      float64 `json:"latency_s"` // end to end
+	ITLMean      float64 `json:"itl_mean_s"`
+	ITLMax       float64 `json:"itl_max_s"`
+	OutputTokens int     `json:"output_tokens"`
+	PromptTokens int     `json:"prompt_tokens,omitempty"`
+	Chunks       int     `json:"chunks"` // SSE data lines received, [DONE] excluded
+	Finish       string  `json:"finish_reason,omitempty"`
+}
+
+// watch tracks token progress across the streams of one point, for the
+// hang watchdog.
+type watch struct {
+	last     atomic.Int64 // unix nanos of the last progress
+	inflight atomic.Int32
+}
+
+func (w *watch) tick(t time.Time) { w.last.Store(t.UnixNano()) }
+
+func (w *watch) begin() { w.tick(time.Now()); w.inflight.Add(1) }
+
+func (w *watch) end() { w.tick(time.Now()); w.inflight.Add(-1) }
+
+// run cancels ctx with an ErrHang cause when requests are in flight and no
+// token arrived for hang. It returns when ctx is done.
+func (w *watch) run(ctx context.Context, cancel context.CancelCauseFunc, hang time.Duration) {
+	period := min(hang/4, time.Second)
+	if period <= 0 {
+		period = time.Millisecond
+	}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			n := w.inflight.Load()
+			idle := now.Sub(time.Unix(0, w.last.Load()))
+			if n > 0 && idle > hang {
+				cancel(fmt.Errorf("%w: no token for %s with %d requests in flight", ErrHang, idle.Round(time.Millisecond), n))
+				return
+			}
+		}
+	}
+}
+
+// streamResult is one request's measurement plus, when collected, its text.
+type streamResult struct {
+	rec     RequestRecord
+	start   time.Time
+	itls    []float64
+	content strings.Builder
+	tools   []toolCall
+}
+
+// toolCall is a streamed tool call, fragments joined.
+type toolCall struct {
+	Name      string
+	Arguments string
+}
+
+// stream sends one chat request and measures it. Each chunk is timestamped
+// before it is decoded. With collect, content and tool calls are kept.
+func (c *client) stream(ctx context.Context, body []byte, w *watch, collect bool) *streamResult {
+	out := &streamResult{}
+	rec := &out.rec
+	w.begin()
+	defer w.end()
+	start := time.Now()
+	out.start = start
+	resp, err := c.post(ctx, "/v1/chat/completions", body)
+	if err != nil {
+		rec.Error = errText(ctx, err)
+		rec.Latency = time.Since(start).Seconds()
+		return out
+	}
+	defer resp.Body.Close()
+	rd := newSSEReader(resp.Body)
+	var (
+		ch          chunk
+		first, prev time.Time
+		counted     int
+		usage       = -1
+	)
+	for {
+		payload, err := rd.Next()
+		now := time.Now()
+		if err == io.EOF {
+			rec.OK = true
+			rec.Latency = now.Sub(start).Seconds()
+			// Read the body to its end (the chunked-encoding terminator) so
+			// the transport reuses the connection: a body closed early costs
+			// a new TCP connection per request.
+			io.CopyN(io.Discard, resp.Body, 64<<10)
+			break
+		}
+		if err != nil {
+			rec.Error = errText(ctx, err)
+			rec.Latency = now.Sub(start).Seconds()
+			break
+		}
+		w.tick(now)
+		rec.Chunks++
+		if err := parseChunk(payload, &ch); err != nil {
+			rec.Error = err.Error()
+			rec.Latency = now.Sub(start).Seconds()
+			break
+		}
+		if ch.Error != nil {
+			rec.Error = "server error: " + string(ch.Error)
+			rec.Latency = now.Sub(start).Seconds()
+			break
+		}
+		if len(ch.Content) > 0 || len(ch.Reasoning) > 0 || len(ch.ToolCalls) > 0 {
+			if first.IsZero() {
+				first = now
+			} else {
+				gap := now.Sub(prev).Seconds()
+				out.itls = append(out.itls, gap)
+				rec.ITLMax = max(rec.ITLMax, gap)
+			}
+			prev = now
+			counted++
+		}
+		if ch.HasUsage {
+			usage = ch.CompletionTokens
+			rec.PromptTokens = ch.PromptTokens
+		}
+		if ch.Finish != nil {
+			rec.Finish = string(ch.Finish)
+		}
+		if collect {
+			if len(ch.Content) > 0 {
+				out.content.WriteString(unescape(ch.Content))
+			}
+			if ch.ToolCalls != nil {
+				out.tools = mergeToolCalls(out.tools, ch.ToolCalls)
+			}
+		}
+	}
+	if !first.IsZero() {
+		rec.TTFT = first.Sub(start).Seconds()
+	}
+	if usage >= 0 {
+		rec.OutputTokens = usage
+	} else {
+		rec.OutputTokens = counted
+	}
+	if len(out.itls) > 0 {
+		var s float64
+		for _, g := range out.itls {
+			s += g
+		}
+		rec.ITLMean = s / float64(len(out.itls))
+	}
+	return out
+}
+
+// errText prefers the context's cause (hang, server died) over the
+// transport error it produced.
+func errText(ctx context.Context, err error) string {
+	if ctx.Err() != nil {
+		if c := context.Cause(ctx); c != nil {
+			return c.Error()
+		}
+	}
+	return err.Error()
+}
+
+// unescape decodes an escaped JSON string body.
+func unescape(raw []byte) string {
+	if !strings.ContainsRune(string(raw), '\\') {
+		return string(raw)
+	}
+	var s string
+	b := make([]byte, 0, len(raw)+2)
+	b = append(append(append(b, '"'), raw...), '"')
+	if json.Unmarshal(b, &s) != nil {
+		return string(raw)
+	}
+	return s
+}
+
+// mergeToolCalls folds one chunk's tool_calls fragments into calls.
+func mergeToolCalls(calls []toolCall, raw []byte) []toolCall {
+	var frags []struct {
+		Index    *int `json:"index"`
+		Function struct {
+			Name      *string `json:"name"`
+			Arguments *string `json:"arguments"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(raw, &frags) != nil {
+		return calls
+	}
+	for k, f := range frags {
+		i := k
+		if f.Index != nil {
+			i = *f.Index
+		}
+		if i < 0 || i > 64 {
+			continue
+		}
+		for len(calls) <= i {
+			calls = append(calls, toolCall{})
+		}
+		if f.Function.Name != nil {
+			calls[i].Name += *f.Function.Name
+		}
+		if f.Function.Arguments != nil {
+			calls[i].Arguments += *f.Function.Arguments
+		}
+	}
+	return calls
+}
+
+// batch is the outcome of one closed-loop run of requests.
+type batch struct {
+	results   []*streamResult // one per issued request, in issue order
+	requested int
+	wall      time.Duration
+	// counters kept by the workers, independent of the records, for the audit
+	issued, completed, failed, tokens int64
+}
+
+// closedLoop runs bodies with conc workers pulling from a shared queue and
+// stops issuing when ctx is done or the hang watchdog fires. The error is
+// the cause of an early stop.
+func (c *client) closedLoop(ctx context.Context, bodies [][]byte, conc int, hang time.Duration, collect bool) (*batch, error) {
+	pctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := &watch{}
+	w.tick(time.Now())
+	wdDone := make(chan struct{})
+	go func() { defer close(wdDone); w.run(pctx, cancel, hang) }()
+
+	b := &batch{requested: len(bodies)}
+	slots := make([]*streamResult, len(bodies))
+	var next, issued, completed, failed, tokens atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range max(1, min(conc, len(bodies))) {
+		wg.Go(func() {
+			for pctx.Err() == nil {
+				k := next.Add(1) - 1
+				if k >= int64(len(bodies)) {
+					return
+				}
+				issued.Add(1)
+				r := c.stream(pctx, bodies[k], w, collect)
+				r.rec.StartS = r.start.Sub(start).Seconds()
+				if r.rec.OK {
+					completed.Add(1)
+				} else {
+					failed.Add(1)
+				}
+				tokens.Add(int64(r.rec.OutputTokens))
+				slots[k] = r
+			}
+		})
+	}
+	wg.Wait()
+	b.wall = time.Since(start)
+	var err error
+	if pctx.Err() != nil {
+		err = context.Cause(pctx)
+	}
+	cancel(nil)
+	<-wdDone
+	for _, r := range slots {
+		if r != nil {
+			b.results = append(b.results, r)
+		}
+	}
+	b.issued, b.completed, b.failed, b.tokens = issued.Load(), completed.Load(), failed.Load(), tokens.Load()
+	return b, err
+}
+
+// point summarises a batch as a Point and its request records.
+func (b *batch) point(phase string, conc, repeat, context int) (Point, []RequestRecord) {
+	p := Point{Phase: phase, Concurrency: conc, Repeat: repeat, Context: context, Requested: b.requested}
+	p.Issued = int(b.issued)
+	p.Completed = int(b.completed)
+	p.Failed = int(b.failed)
+	p.OutputTokens = int(b.tokens)
+	p.DurationS = b.wall.Seconds()
+	var ttft, lat, itl []float64
+	recs := make([]RequestRecord, 0, len(b.results))
+	var okN, failN, tok int
+	for _, r := range b.results {
+		rec := r.rec
+		rec.Phase, rec.Concurrency, rec.Repeat, rec.Context = phase, conc, repeat, context
+		recs = append(recs, rec)
+		tok += rec.OutputTokens
+		if !rec.OK {
+			failN++
+			continue
+		}
+		okN++
+		ttft = append(ttft, rec.TTFT)
+		lat = append(lat, rec.Latency)
+		itl = append(itl, r.itls...)
+	}
+	if p.DurationS > 0 {
+		p.OutputTokS = float64(p.OutputTokens) / p.DurationS
+		p.RequestsPerS = float64(p.Completed) / p.DurationS
+	}
+	p.TTFT, p.Latency, p.ITL = Summarize(ttft), Summarize(lat), Summarize(itl)
+	p.Audit = Audit{
+		RawCount:     len(recs) == p.Issued,
+		Completed:    okN == p.Completed && p.Completed+p.Failed == p.Issued,
+		Failed:       failN == p.Failed && p.Completed+p.Failed == p.Issued,
+		Tokens:       tok == p.OutputTokens,
+		AllRequested: p.Issued == p.Requested,
+	}
+	p.State = "passed"
+	if p.Failed > 0 || !p.Audit.ok() {
+		p.State = "failed"
+	}
+	return p, recs
+}
+
+// ok reports whether every audit flag holds.
+func (a Audit) ok() bool {
+	return a.RawCount && a.Completed && a.Failed && a.Tokens && a.AllRequested
+}
+
+// OK reports whether every audit flag holds.
+func (a Audit) OK() bool { return a.ok() }
+
+// ErrFailedRequests reports that requests of a point failed.
+var ErrFailedRequests = errors.New("requests failed")
+
+// firstError returns the first request error of b, for messages.
+func (b *batch) firstError() string {
+	for _, r := range b.results {
+		if !r.rec.OK {
+			return r.rec.Error
+		}
+	}
+	return ""
+}

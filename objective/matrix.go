@@ -1,0 +1,385 @@
+package objective
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Matrix cell statuses, with seed 004's meanings.
+const (
+	// StatusValid: measured as asked.
+	StatusValid = "Valid"
+	// StatusQueued: the server could not run all requests at once, so some
+	// waited in a queue.
+	StatusQueued = "Requests queued"
+	// StatusOverCapacity: not run because this many requests at this
+	// context would exceed the server's KV cache.
+	StatusOverCapacity = "Over capacity"
+	// StatusNotRun: skipped during the run, or the run stopped early.
+	StatusNotRun = "Not run"
+)
+
+// Matrix point phases.
+const (
+	PhasePrefill = "prefill"
+	PhaseDecode  = "decode"
+)
+
+// errCellEnd ends a fixed-duration decode cell; requests it cuts are
+// neither completed nor failed.
+var errCellEnd = errors.New("cell duration reached")
+
+// CellFits reports whether conc requests of context+maxOutput tokens fit
+// in kvTokens (0 = unknown, assumed to fit).
+func CellFits(kvTokens, context, maxOutput, conc int) bool {
+	return kvTokens <= 0 || conc*(context+maxOutput) <= kvTokens
+}
+
+// runMatrix is the seed-004 workload: per context a prefill measurement
+// (one request, TTFT and prompt tok/s) and fixed-duration decode cells per
+// concurrency, skipping cells that cannot fit the KV cache.
+func runMatrix(ctx context.Context, c *client, model string, w Workload, opt Options, res *Result) error {
+	m := w.Matrix
+	hang := time.Duration(w.HangTimeout * float64(time.Second))
+	kv, maxRun := 0, 0
+	if res.Server != nil {
+		kv = res.Server.MaxTotalNumTokens
+		maxRun = res.Server.EffectiveMaxRunning
+		if maxRun == 0 {
+			maxRun = res.Server.MaxRunningRequests
+		}
+	}
+	if kv == 0 {
+		opt.progress("matrix: the server's KV tokens are unknown (no /server_info): no cell is skipped as over capacity")
+	}
+	if w.Quality.Enabled {
+		if err := runGate(ctx, c, model, w, opt, res, "before"); err != nil {
+			return err
+		}
+	}
+	var runErr error
+	notRun := func(phase string, ctxLen, conc int, note string) {
+		res.Points = append(res.Points, Point{Phase: phase, Context: ctxLen, Concurrency: conc, Status: StatusNotRun, State: "skipped", Note: note})
+	}
+	for _, ctxLen := range m.Contexts {
+		if runErr != nil {
+			notRun(PhasePrefill, ctxLen, 1, "run stopped early")
+			for _, conc := range m.Concurrency {
+				notRun(PhaseDecode, ctxLen, conc, "run stopped early")
+			}
+			continue
+		}
+		rng := rand.New(rand.NewPCG(uint64(ctxLen), 7))
+		base := syntheticPrompt(rng, fmt.Sprintf("[context %d]", ctxLen), ctxLen-32)
+		pre, err := prefill(ctx, c, model, base, ctxLen, kv, hang)
+		res.Points = append(res.Points, pre)
+		opt.progress("prefill ctx=%d: %s, %.0f prompt tok/s, TTFT %.3f s", ctxLen, pre.Status, pre.PromptTokS, pre.TTFT.P50)
+		if err != nil {
+			runErr = err
+		}
+		prefillTTFT := time.Duration(pre.TTFT.P50 * float64(time.Second))
+		skip := ""
+		if pre.Status != StatusValid {
+			skip = "prefill did not succeed"
+		}
+		for _, conc := range m.Concurrency {
+			switch {
+			case runErr != nil:
+				notRun(PhaseDecode, ctxLen, conc, "run stopped early")
+				continue
+			case !CellFits(kv, ctxLen, m.MaxOutput, conc):
+				res.Points = append(res.Points, Point{Phase: PhaseDecode, Context: ctxLen, Concurrency: conc, Status: StatusOverCapacity, State: "skipped",
+					Note: fmt.Sprintf("%d x (%d + %d) = %d tokens > %d KV tokens", conc, ctxLen, m.MaxOutput, conc*(ctxLen+m.MaxOutput), kv)})
+				continue
+			case skip != "":
+				notRun(PhaseDecode, ctxLen, conc, skip)
+				continue
+			}
+			p, recs, err := c.decodeCell(ctx, model, base, ctxLen, conc, m, hang, prefillTTFT, maxRun)
+			res.Points = append(res.Points, p)
+			res.Requests = append(res.Requests, recs...)
+			opt.progress("decode ctx=%d c=%d: %s, %.1f tok/s, %.1f tok/s per request, TTFT p50 %.3f s, ITL p50 %.1f ms, %d done, %d tokens in %.1f s",
+				ctxLen, conc, p.Status, p.OutputTokS, p.PerRequestTokS, p.TTFT.P50, p.ITL.P50*1000, p.Completed, p.OutputTokens, p.DurationS)
+			if err != nil {
+				runErr = err
+				continue
+			}
+			if p.Failed > 0 {
+				skip = fmt.Sprintf("%d requests failed at concurrency %d", p.Failed, conc)
+			}
+		}
+	}
+	if runErr == nil && w.Quality.Enabled {
+		runErr = runGate(ctx, c, model, w, opt, res, "after")
+	}
+	if runErr == nil {
+		for _, p := range res.Points {
+			if p.Phase == PhaseDecode && p.Failed > 0 {
+				return fmt.Errorf("decode at context %d concurrency %d: %d %w: %s", p.Context, p.Concurrency, p.Failed, ErrFailedRequests, p.Note)
+			}
+		}
+	}
+	return runErr
+}
+
+// prefill measures one request of about ctxLen prompt tokens and one
+// output token.
+func prefill(ctx context.Context, c *client, model, prompt string, ctxLen, kv int, hang time.Duration) (Point, error) {
+	p := Point{Phase: PhasePrefill, Context: ctxLen, Concurrency: 1, Repeat: 1}
+	if !CellFits(kv, ctxLen, 1, 1) {
+		p.Status, p.State = StatusOverCapacity, "skipped"
+		p.Note = fmt.Sprintf("%d tokens > %d KV tokens", ctxLen+1, kv)
+		return p, nil
+	}
+	body, err := chatBody(model, userMsg(prompt), 1, true, nil, nil)
+	if err != nil {
+		return p, err
+	}
+	b, err := c.closedLoop(ctx, [][]byte{body}, 1, hang, false)
+	p, _ = b.point(PhasePrefill, 1, 1, ctxLen)
+	p.Status = StatusValid
+	if err != nil || p.Failed > 0 {
+		p.Status = StatusNotRun
+		p.Note = b.firstError()
+		if err != nil {
+			return p, fmt.Errorf("prefill at context %d: %w", ctxLen, err)
+		}
+		return p, nil
+	}
+	tokens := ctxLen
+	if r := b.results[0].rec; r.PromptTokens > 0 {
+		tokens = r.PromptTokens
+	}
+	if p.TTFT.P50 > 0 {
+		p.PromptTokS = float64(tokens) / p.TTFT.P50
+	}
+	return p, nil
+}
+
+// decodeCell keeps conc streams of maxOutput tokens running for the
+// cell's duration; requests still running at the end are cut and their
+// tokens so far counted.
+func (c *client) decodeCell(ctx context.Context, model, base string, ctxLen, conc int, m MatrixSpec, hang, prefillTTFT time.Duration, maxRun int) (Point, []RequestRecord, error) {
+	p := Point{Phase: PhaseDecode, Context: ctxLen, Concurrency: conc, Repeat: 1, Requested: conc}
+	pctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	dur := time.Duration(m.DurationS * float64(time.Second))
+	start := time.Now()
+	cellCtx, cancelCell := context.WithTimeoutCause(pctx, dur, errCellEnd)
+	defer cancelCell()
+	w := &watch{}
+	w.tick(time.Now())
+	wdDone := make(chan struct{})
+	go func() { defer close(wdDone); w.run(pctx, cancel, hang) }()
+	qp := &queuePoller{c: c}
+	qpDone := make(chan struct{})
+	go func() { defer close(qpDone); qp.run(cellCtx) }()
+
+	var (
+		mu                         sync.Mutex
+		results                    []*streamResult
+		cut                        []bool
+		next                       atomic.Int64
+		issued, done, failed, toks atomic.Int64
+		nCut                       atomic.Int64
+		wg                         sync.WaitGroup
+	)
+	// Continuous usage keeps token counts exact for streams cut at the end.
+	extras := map[string]any{"stream_options": map[string]any{"include_usage": true, "continuous_usage_stats": true}}
+	for range conc {
+		wg.Go(func() {
+			for cellCtx.Err() == nil {
+				i := next.Add(1)
+				// The shared prefix was just prefilled, so the cache makes
+				// TTFT mostly exclude prefill, as in seed 004.
+				body, err := chatBody(model, userMsg(fmt.Sprintf("%s [cell c%d #%d]", base, conc, i)), m.MaxOutput, true, nil, extras)
+				if err != nil {
+					return
+				}
+				issued.Add(1)
+				r := c.stream(cellCtx, body, w, false)
+				isCut := !r.rec.OK && errors.Is(context.Cause(cellCtx), errCellEnd)
+				switch {
+				case r.rec.OK:
+					done.Add(1)
+				case isCut:
+					nCut.Add(1)
+					r.rec.Error = ""
+				default:
+					failed.Add(1)
+				}
+				toks.Add(int64(r.rec.OutputTokens))
+				r.rec.StartS = r.start.Sub(start).Seconds()
+				mu.Lock()
+				results = append(results, r)
+				cut = append(cut, isCut)
+				mu.Unlock()
+				if !r.rec.OK && !isCut {
+					return // a failing server is not hammered for the rest of the cell
+				}
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	var err error
+	if pctx.Err() != nil {
+		err = fmt.Errorf("decode at context %d concurrency %d: %w", ctxLen, conc, context.Cause(pctx))
+	}
+	cancelCell()
+	cancel(nil)
+	<-wdDone
+	<-qpDone
+
+	p.Issued, p.Completed, p.Failed, p.Cut, p.OutputTokens = int(issued.Load()), int(done.Load()), int(failed.Load()), int(nCut.Load()), int(toks.Load())
+	p.DurationS = wall.Seconds()
+	var ttft, lat, itl, perReq []float64
+	var active float64
+	recs := make([]RequestRecord, 0, len(results))
+	okN, failN, cutN, tok := 0, 0, 0, 0
+	for i, r := range results {
+		rec := r.rec
+		rec.Phase, rec.Concurrency, rec.Repeat, rec.Context = PhaseDecode, conc, 1, ctxLen
+		recs = append(recs, rec)
+		tok += rec.OutputTokens
+		active += rec.Latency
+		switch {
+		case rec.OK:
+			okN++
+		case cut[i]:
+			cutN++
+		default:
+			failN++
+			continue
+		}
+		if rec.TTFT > 0 {
+			ttft = append(ttft, rec.TTFT)
+		}
+		if rec.OK {
+			lat = append(lat, rec.Latency)
+		}
+		itl = append(itl, r.itls...)
+		if rec.OutputTokens > 1 && rec.Latency > rec.TTFT && rec.TTFT > 0 {
+			perReq = append(perReq, float64(rec.OutputTokens-1)/(rec.Latency-rec.TTFT))
+		}
+	}
+	if p.DurationS > 0 {
+		p.OutputTokS = float64(p.OutputTokens) / p.DurationS
+		p.RequestsPerS = float64(p.Completed) / p.DurationS
+		p.AvgActive = active / p.DurationS
+	}
+	if len(perReq) > 0 {
+		var s float64
+		for _, x := range perReq {
+			s += x
+		}
+		p.PerRequestTokS = s / float64(len(perReq))
+	}
+	p.TTFT, p.Latency, p.ITL = Summarize(ttft), Summarize(lat), Summarize(itl)
+	p.Audit = Audit{
+		RawCount:     len(recs) == p.Issued,
+		Completed:    okN == p.Completed && p.Completed+p.Failed+p.Cut == p.Issued,
+		Failed:       failN == p.Failed && p.Completed+p.Failed+p.Cut == p.Issued,
+		Tokens:       tok == p.OutputTokens,
+		AllRequested: p.Issued >= p.Requested,
+	}
+	p.State = "passed"
+	if p.Failed > 0 || !p.Audit.ok() || err != nil {
+		p.State = "failed"
+	}
+	p.Status = StatusValid
+	var why []string
+	if maxRun > 0 && conc > maxRun {
+		why = append(why, fmt.Sprintf("%d requests > server max running %d", conc, maxRun))
+	}
+	if q := qp.max.Load(); q > 0 {
+		why = append(why, fmt.Sprintf("server queue held up to %d requests", q))
+	}
+	if prefillTTFT > 0 && p.TTFT.P90 > 2*prefillTTFT.Seconds()+0.5 {
+		why = append(why, fmt.Sprintf("TTFT p90 %.2f s > twice the prefill TTFT %.2f s", p.TTFT.P90, prefillTTFT.Seconds()))
+	}
+	if len(why) > 0 {
+		p.Status = StatusQueued
+		p.Note = strings.Join(why, "; ")
+	}
+	if err == nil && p.Failed > 0 {
+		p.Note = strings.TrimPrefix(p.Note+"; "+firstErr(results), "; ")
+	}
+	return p, recs, err
+}
+
+func firstErr(rs []*streamResult) string {
+	for _, r := range rs {
+		if !r.rec.OK && r.rec.Error != "" {
+			return r.rec.Error
+		}
+	}
+	return ""
+}
+
+// queuePoller reads sglang:num_queue_reqs from /metrics (served with
+// --enable-metrics) once a second and keeps the maximum seen.
+type queuePoller struct {
+	c   *client
+	max atomic.Int64
+}
+
+func (q *queuePoller) run(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		n, err := q.poll(ctx)
+		if err != nil {
+			return // no metrics endpoint: rely on the other signals
+		}
+		if n > q.max.Load() {
+			q.max.Store(n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (q *queuePoller) poll(ctx context.Context) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, q.c.base+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := q.c.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("metrics: HTTP %d", resp.StatusCode)
+	}
+	return parseQueueMetric(bufio.NewScanner(resp.Body)), nil
+}
+
+// parseQueueMetric sums sglang:num_queue_reqs over its label sets.
+func parseQueueMetric(sc *bufio.Scanner) int64 {
+	var sum float64
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "sglang:num_queue_reqs") {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			sum += v
+		}
+	}
+	return int64(sum)
+}

@@ -1,0 +1,127 @@
+package objective
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sgtune/sgtune/objective/fakesse"
+)
+
+func TestCellFits(t *testing.T) {
+	tests := []struct {
+		kv, ctx, out, conc int
+		want               bool
+	}{
+		{0, 1 << 20, 4096, 128, true}, // unknown capacity: run it
+		{1000, 100, 100, 5, true},     // exactly full
+		{1000, 100, 100, 6, false},
+		{3343552, 1019 * 1024, 4096, 4, false},
+		{3343552, 1019 * 1024, 4096, 3, true},
+	}
+	for _, tt := range tests {
+		if got := CellFits(tt.kv, tt.ctx, tt.out, tt.conc); got != tt.want {
+			t.Errorf("CellFits(%d, %d, %d, %d) = %v, want %v", tt.kv, tt.ctx, tt.out, tt.conc, got, tt.want)
+		}
+	}
+}
+
+func TestRunMatrix(t *testing.T) {
+	// KV 700 tokens: ctx 64 (+16 out) fits 8 requests; ctx 256 fits 2.
+	srv := &fakesse.Server{KVTokens: 700, MaxRunning: 3, TokenInterval: 2 * time.Millisecond}
+	w := Workload{Kind: "matrix", Matrix: MatrixSpec{Contexts: []int{64, 256}, Concurrency: []int{1, 2, 4}, DurationS: 0.25, MaxOutput: 16}}
+	res, err := Run(context.Background(), fake(t, srv), w, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct {
+		phase     string
+		ctx, conc int
+	}
+	got := map[key]Point{}
+	for _, p := range res.Points {
+		got[key{p.Phase, p.Context, p.Concurrency}] = p
+	}
+	want := []struct {
+		k      key
+		status string
+	}{
+		{key{PhasePrefill, 64, 1}, StatusValid},
+		{key{PhaseDecode, 64, 1}, StatusValid},
+		{key{PhaseDecode, 64, 2}, StatusValid},
+		{key{PhaseDecode, 64, 4}, StatusQueued}, // 4 > max running 3
+		{key{PhasePrefill, 256, 1}, StatusValid},
+		{key{PhaseDecode, 256, 1}, StatusValid},
+		{key{PhaseDecode, 256, 2}, StatusValid},
+		{key{PhaseDecode, 256, 4}, StatusOverCapacity},
+	}
+	if len(res.Points) != len(want) {
+		t.Errorf("%d points, want %d", len(res.Points), len(want))
+	}
+	for _, w := range want {
+		p, ok := got[w.k]
+		if !ok {
+			t.Errorf("%v: missing", w.k)
+			continue
+		}
+		if p.Status != w.status {
+			t.Errorf("%v: status %q (%s), want %q", w.k, p.Status, p.Note, w.status)
+		}
+		if p.Status == StatusOverCapacity {
+			if p.Issued != 0 || !strings.Contains(p.Note, "> 700 KV tokens") {
+				t.Errorf("%v: over capacity but issued %d, note %q", w.k, p.Issued, p.Note)
+			}
+			continue
+		}
+		if !p.Audit.OK() || p.State != "passed" {
+			t.Errorf("%v: state %s audit %+v", w.k, p.State, p.Audit)
+		}
+		if w.k.phase == PhasePrefill && (p.PromptTokS <= 0 || p.TTFT.P50 <= 0) {
+			t.Errorf("%v: prefill %+v", w.k, p)
+		}
+		if w.k.phase == PhaseDecode {
+			if p.OutputTokS <= 0 || p.PerRequestTokS <= 0 || p.AvgActive < 0.5*float64(w.k.conc) || p.DurationS < 0.24 {
+				t.Errorf("%v: decode tok/s %.1f per request %.1f active %.2f for %.2f s", w.k, p.OutputTokS, p.PerRequestTokS, p.AvgActive, p.DurationS)
+			}
+			if p.Cut == 0 && p.Completed == 0 {
+				t.Errorf("%v: nothing completed or cut", w.k)
+			}
+		}
+	}
+	if v, ok, why := Score(ScoreSpec{Metric: "capacity"}, res); !ok || v != 2 {
+		t.Errorf("matrix capacity = %v %v %s, want 2 (c=4 queued)", v, ok, why)
+	}
+}
+
+func TestMatrixStopsEarly(t *testing.T) {
+	srv := &fakesse.Server{FailFrom: 3}
+	w := Workload{Kind: "matrix", HangTimeout: 5, Matrix: MatrixSpec{Contexts: []int{64, 128}, Concurrency: []int{1, 2}, DurationS: 0.2, MaxOutput: 8}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	res, err := Run(ctx, fake(t, srv), w, Options{})
+	if !errors.Is(err, ErrFailedRequests) {
+		t.Fatalf("Run: %v, want ErrFailedRequests", err)
+	}
+	var statuses []string
+	for _, p := range res.Points {
+		statuses = append(statuses, fmt.Sprintf("%s/%d/%d:%s", p.Phase, p.Context, p.Concurrency, p.Status))
+	}
+	// Requests 1 (prefill 64) and 2 (decode 64 c1) succeed, the rest fail.
+	got := strings.Join(statuses, " ")
+	for _, want := range []string{"prefill/64/1:Valid", "decode/64/2:Not run", "prefill/128/1:Not run", "decode/128/1:Not run"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("statuses %s lack %s", got, want)
+		}
+	}
+}
+
+func TestParseQueueMetric(t *testing.T) {
+	in := "# HELP x\nsglang:num_queue_reqs{dp_rank=\"0\"} 3.0\nsglang:num_queue_reqs{dp_rank=\"1\"} 2\nsglang:num_running_reqs 7\n"
+	if got := parseQueueMetric(bufio.NewScanner(strings.NewReader(in))); got != 5 {
+		t.Errorf("queue = %d, want 5", got)
+	}
+}

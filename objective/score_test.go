@@ -1,0 +1,76 @@
+package objective
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+// sweep builds a result with 3 passed repeats at each level; tokS and
+// ttftP99 give the per-level values of the three repeats.
+func sweep(levels map[int][3][2]float64) *Result {
+	r := &Result{}
+	for c, reps := range levels {
+		for i, v := range reps {
+			p := Point{Concurrency: c, Repeat: i + 1, State: "passed", Requested: 4, Issued: 4, Completed: 4,
+				OutputTokS: v[0], DurationS: 10, TTFT: Stats{P50: v[1] / 2, P99: v[1]}, Latency: Stats{P99: 5}, ITL: Stats{P99: 0.02}}
+			r.Points = append(r.Points, p)
+			for k := range 4 {
+				r.Requests = append(r.Requests, RequestRecord{Concurrency: c, Repeat: i + 1, OK: true,
+					TTFT: v[1] * float64(k+1) / 4, Latency: 5, ITLMean: 0.01, OutputTokens: int(v[0] * 10 / 4)})
+			}
+		}
+	}
+	return r
+}
+
+func TestScore(t *testing.T) {
+	base := sweep(map[int][3][2]float64{
+		1:  {{50, 0.1}, {52, 0.1}, {51, 0.2}},
+		16: {{500, 0.5}, {520, 0.6}, {510, 0.7}},
+		64: {{1500, 1.5}, {1600, 2.5}, {1550, 1.8}},
+	})
+	failedGate := *base
+	failedGate.Quality = &Quality{Before: &QualityCheck{Pass: true}, After: &QualityCheck{Pass: false, Summary: QualitySummary{JSON: "12/24", Tool: "0/8"}}}
+	failedLevel := sweep(map[int][3][2]float64{16: {{500, 0.5}, {520, 0.6}, {510, 0.7}}})
+	failedLevel.Points[1].State = "failed"
+	ttft2 := []SLO{{Metric: "ttft", Percentile: "p99", Max: 2}}
+	tests := []struct {
+		name      string
+		spec      ScoreSpec
+		r         *Result
+		want      float64
+		ok        bool
+		reasonHas string
+	}{
+		{"default metric at highest level", ScoreSpec{}, base, 1550, true, "c=64"},
+		{"output_tok_s at c16", ScoreSpec{Metric: "output_tok_s", Concurrency: 16}, base, 510, true, "median of 3"},
+		{"slo holds at c64 (median p99 1.8)", ScoreSpec{Concurrency: 64, SLO: ttft2}, base, 1550, true, ""},
+		{"slo fails at c64", ScoreSpec{Concurrency: 64, SLO: []SLO{{Metric: "ttft", Percentile: "p99", Max: 1.6}}}, base, 1550, false, "ttft p99 1.800 s > 1.600 s"},
+		{"slo on p50", ScoreSpec{Concurrency: 64, SLO: []SLO{{Metric: "ttft", Percentile: "p50", Max: 0.5}}}, base, 1550, false, "ttft p50"},
+		{"itl slo", ScoreSpec{Concurrency: 16, SLO: []SLO{{Metric: "itl", Percentile: "p99", Max: 0.01}}}, base, 510, false, "itl p99"},
+		{"latency slo holds", ScoreSpec{Concurrency: 16, SLO: []SLO{{Metric: "latency", Percentile: "p99", Max: 6}}}, base, 510, true, ""},
+		{"missing level", ScoreSpec{Concurrency: 128}, base, 0, false, "no point at concurrency 128"},
+		{"gate failed", ScoreSpec{}, &failedGate, 0, false, "quality gate failed after"},
+		{"failed repeat", ScoreSpec{Concurrency: 16}, failedLevel, 0, false, "repeat 2 failed"},
+		{"capacity with slo", ScoreSpec{Metric: "capacity", SLO: []SLO{{Metric: "ttft", Percentile: "p99", Max: 1}}}, base, 16, true, "capacity c=16 at 510.0 tok/s"},
+		{"capacity no slo", ScoreSpec{Metric: "capacity"}, base, 64, true, "c=64"},
+		{"capacity none", ScoreSpec{Metric: "capacity", SLO: []SLO{{Metric: "ttft", Percentile: "p99", Max: 0.05}}}, base, 0, false, "no concurrency meets"},
+		// c=64 TTFTs by repeat: .375/.75/1.125/1.5, .625/1.25/1.875/2.5, .45/.9/1.35/1.8;
+		// within 1 s: 2, 1, 2 requests of 3750, 4000, 3875 tokens over 10 s.
+		{"goodput", ScoreSpec{Metric: "goodput", Concurrency: 64, SLO: []SLO{{Metric: "ttft", Percentile: "p99", Max: 1}}}, base, 750, true, "goodput"},
+		{"goodput all good", ScoreSpec{Metric: "goodput", Concurrency: 64, SLO: []SLO{{Metric: "ttft", Percentile: "p99", Max: 3}}}, base, 1550, true, "goodput"},
+		{"goodput without records", ScoreSpec{Metric: "goodput", Concurrency: 64}, &Result{Points: base.Points}, 0, false, "per-request records"},
+		{"bad metric", ScoreSpec{Metric: "joy"}, base, 0, false, "metric"},
+		{"bad percentile", ScoreSpec{SLO: []SLO{{Metric: "ttft", Percentile: "p95", Max: 1}}}, base, 0, false, "percentile"},
+		{"no points", ScoreSpec{}, &Result{}, 0, false, "no measured points"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v, ok, reason := Score(tt.spec, tt.r)
+			if ok != tt.ok || math.Abs(v-tt.want) > 1e-9 || !strings.Contains(reason, tt.reasonHas) {
+				t.Errorf("Score = (%v, %v, %q), want (%v, %v, ~%q)", v, ok, reason, tt.want, tt.ok, tt.reasonHas)
+			}
+		})
+	}
+}

@@ -1,2 +1,0 @@
-// Package search runs the study loop: samplers, feasibility, parallel GPU groups.
-package search

@@ -1,0 +1,225 @@
+package search
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/c-bata/goptuna"
+
+	"github.com/sgtune/sgtune/objective"
+)
+
+// Trial states as sgtune reports them (DESIGN.md vocabulary). goptuna's own
+// state is coarser: failed and infeasible trials are stored as PRUNED so the
+// TPE sampler learns to avoid their region, and interrupted ones as FAIL.
+const (
+	StateWaiting     = "waiting"
+	StateRunning     = "running"
+	StateComplete    = "complete"
+	StatePruned      = "pruned"
+	StateInfeasible  = "infeasible"
+	StateFailed      = "failed"
+	StateInterrupted = "interrupted"
+	StateDuplicate   = "duplicate" // proposed again after it was measured; not launched
+)
+
+// Failure classes the loop adds to the launcher's.
+const (
+	ClassQuality        = "quality"
+	ClassLimitsReduced  = "limits_reduced"
+	ClassMeasurement    = "measurement"
+	ClassKnownBadConfig = "same_as_failed"
+)
+
+// User-attribute keys a trial is stored with.
+const (
+	attrState       = "sgtune.state"
+	attrClass       = "sgtune.failure_class"
+	attrReason      = "sgtune.reason"
+	attrExitCode    = "sgtune.exit_code"
+	attrLogTail     = "sgtune.log_tail"
+	attrExcerpt     = "sgtune.log_excerpt"
+	attrLogPath     = "sgtune.log_path"
+	attrConfig      = "sgtune.config"
+	attrArgv        = "sgtune.argv"
+	attrFacts       = "sgtune.facts"
+	attrScore       = "sgtune.score"
+	attrScoreOK     = "sgtune.score_ok"
+	attrScoreReason = "sgtune.score_reason"
+	attrResult      = "sgtune.result"
+	attrGPUs        = "sgtune.gpus"
+	attrOwner       = "sgtune.owner"
+	attrRetryOf     = "sgtune.retry_of"
+	attrEngine      = "sgtune.engine"
+	attrVersion     = "sgtune.engine_version"
+	attrRejections  = "sgtune.rejections"
+	attrDurationS   = "sgtune.duration_s"
+)
+
+// Record is one stored trial, decoded for reports.
+type Record struct {
+	ID           int                    `json:"-"`
+	Number       int                    `json:"number"`
+	State        string                 `json:"state"`
+	Params       map[string]interface{} `json:"params"`
+	Score        *float64               `json:"score"`
+	ScoreOK      bool                   `json:"score_ok"`
+	ScoreReason  string                 `json:"score_reason,omitempty"`
+	FailureClass string                 `json:"failure_class,omitempty"`
+	Reason       string                 `json:"reason,omitempty"`
+	ExitCode     *int                   `json:"exit_code,omitempty"`
+	RetryOf      *int                   `json:"retry_of,omitempty"`
+	GPUs         string                 `json:"gpus,omitempty"`
+	Engine       []string               `json:"engine_command,omitempty"`
+	Version      string                 `json:"engine_version,omitempty"`
+	Config       json.RawMessage        `json:"config,omitempty"`
+	Argv         []string               `json:"argv,omitempty"`
+	Facts        json.RawMessage        `json:"facts,omitempty"`
+	Result       json.RawMessage        `json:"result,omitempty"`
+	LogPath      string                 `json:"log_path,omitempty"`
+	LogTail      string                 `json:"log_tail,omitempty"`
+	LogExcerpt   string                 `json:"log_excerpt,omitempty"`
+	Start        time.Time              `json:"start"`
+	End          *time.Time             `json:"end,omitempty"`
+	DurationS    float64                `json:"duration_s,omitempty"`
+	Owner        string                 `json:"-"`
+}
+
+// Flags returns the engine flags of the trial's config.
+func (r Record) Flags() []string {
+	var c struct {
+		Flags []string `json:"flags"`
+	}
+	_ = json.Unmarshal(r.Config, &c)
+	return c.Flags
+}
+
+// Env returns the extra environment of the trial's config.
+func (r Record) Env() map[string]string {
+	var c struct {
+		Env map[string]string `json:"env"`
+	}
+	_ = json.Unmarshal(r.Config, &c)
+	return c.Env
+}
+
+// Medians returns the stored medians per concurrency, if any.
+func (r Record) Medians() map[int]objective.Median {
+	var res objective.Result
+	_ = json.Unmarshal(r.Result, &res)
+	return res.Medians
+}
+
+func decode(t goptuna.FrozenTrial) Record {
+	ua := t.UserAttrs
+	r := Record{
+		ID:           t.ID,
+		Number:       t.Number,
+		Params:       t.Params,
+		ScoreReason:  ua[attrScoreReason],
+		FailureClass: ua[attrClass],
+		Reason:       ua[attrReason],
+		GPUs:         ua[attrGPUs],
+		LogPath:      ua[attrLogPath],
+		LogTail:      ua[attrLogTail],
+		LogExcerpt:   ua[attrExcerpt],
+		Start:        t.DatetimeStart,
+		Owner:        t.SystemAttrs[attrOwner],
+		Version:      ua[attrVersion],
+	}
+	r.State = ua[attrState]
+	switch {
+	case t.State == goptuna.TrialStateRunning:
+		r.State = StateRunning
+	case t.State == goptuna.TrialStateWaiting:
+		r.State = StateWaiting
+	case r.State == "":
+		r.State = map[goptuna.TrialState]string{
+			goptuna.TrialStateComplete: StateComplete,
+			goptuna.TrialStatePruned:   StatePruned,
+			goptuna.TrialStateFail:     StateFailed,
+		}[t.State]
+	}
+	if s, ok := ua[attrScore]; ok {
+		if v, err := strconv.ParseFloat(s, 64); err == nil {
+			r.Score = &v
+		}
+	}
+	r.ScoreOK = ua[attrScoreOK] == "true"
+	if s, ok := ua[attrExitCode]; ok {
+		if v, err := strconv.Atoi(s); err == nil {
+			r.ExitCode = &v
+		}
+	}
+	if s, ok := t.SystemAttrs[attrRetryOf]; ok {
+		if v, err := strconv.Atoi(s); err == nil {
+			r.RetryOf = &v
+		}
+	}
+	if s, ok := ua[attrDurationS]; ok {
+		r.DurationS, _ = strconv.ParseFloat(s, 64)
+	}
+	_ = json.Unmarshal([]byte(ua[attrEngine]), &r.Engine)
+	_ = json.Unmarshal([]byte(ua[attrArgv]), &r.Argv)
+	if s := ua[attrConfig]; s != "" {
+		r.Config = json.RawMessage(s)
+	}
+	if s := ua[attrFacts]; s != "" {
+		r.Facts = json.RawMessage(s)
+	}
+	if s := ua[attrResult]; s != "" {
+		r.Result = json.RawMessage(s)
+	}
+	if !t.DatetimeComplete.IsZero() {
+		end := t.DatetimeComplete
+		r.End = &end
+	}
+	return r
+}
+
+// StudyStore is the storage the reports read.
+type StudyStore interface {
+	GetStudyIDFromName(name string) (int, error)
+	GetAllTrials(studyID int) ([]goptuna.FrozenTrial, error)
+}
+
+// ErrNoStudy is returned when the storage holds no study of that name.
+var ErrNoStudy = errors.New("no such study")
+
+// Records returns every trial of the named study, by number.
+func Records(st StudyStore, study string) ([]Record, error) {
+	id, err := st.GetStudyIDFromName(study)
+	if err != nil {
+		return nil, fmt.Errorf("%w %q: %v", ErrNoStudy, study, err)
+	}
+	trials, err := st.GetAllTrials(id)
+	if err != nil {
+		return nil, fmt.Errorf("read trials of %q: %w", study, err)
+	}
+	out := make([]Record, 0, len(trials))
+	for _, t := range trials {
+		out = append(out, decode(t))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Number < out[j].Number })
+	return out, nil
+}
+
+// Best returns the complete trial with the highest score among those meeting
+// the score's SLOs and gates; ok is false when there is none.
+func Best(recs []Record) (Record, bool) {
+	var best Record
+	found := false
+	for _, r := range recs {
+		if r.State != StateComplete || !r.ScoreOK || r.Score == nil {
+			continue
+		}
+		if !found || *r.Score > *best.Score {
+			best, found = r, true
+		}
+	}
+	return best, found
+}

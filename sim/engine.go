@@ -1,0 +1,716 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrCrashed fails the requests in flight when the engine crashes.
+var ErrCrashed = errors.New("engine crashed")
+
+// Seq is one request inside the engine. The engine writes gen/done; the
+// HTTP handler waits on Notify and reads them.
+type Seq struct {
+	Prompt    int    // prompt tokens
+	Limit     int    // most tokens to generate
+	EOSAt     int    // stop with EOS after this many tokens (0: never)
+	PromptKey uint64 // prefix-cache key (hash of the prompt)
+	Health    bool   // health probe / startup warmup: no faults, no cold shapes, no stats
+	Notify    chan struct{}
+
+	Cached int // prompt tokens served from the prefix cache (set at admission)
+
+	gen      atomic.Int64
+	done     atomic.Bool
+	finish   string // stop | length
+	err      error
+	arrive   float64 // sim time when the scheduler may see it
+	start    float64 // sim time of submission
+	firstAt  float64
+	kvHeld   int
+	prefLeft int
+}
+
+// Gen is the number of tokens generated so far.
+func (s *Seq) Gen() int { return int(s.gen.Load()) }
+
+// Done reports completion; Finish and Err are valid once it is true.
+func (s *Seq) Done() bool { return s.done.Load() }
+
+// Finish is stop or length.
+func (s *Seq) Finish() string { return s.finish }
+
+// Err is non-nil when the request failed (crash, abort).
+func (s *Seq) Err() error { return s.err }
+
+func (s *Seq) signal() {
+	select {
+	case s.Notify <- struct{}{}:
+	default:
+	}
+}
+
+// Stats are live engine figures for /metrics and /server_info.
+type Stats struct {
+	Running, Queued      int
+	UsedTokens           int
+	GenTokens, PromptTok int64
+	CachedTok            int64
+	Requests, Aborted    int64
+	GenThroughput        float64
+	AcceptLen            float64
+	TTFT, E2E            []float64 // recent samples (sim seconds)
+}
+
+// Engine is the simulated scheduler: one goroutine advances a batch in
+// prefill and decode steps, sleeping sim-time/speedup between them.
+type Engine struct {
+	p     *Profile
+	pl    *Plan
+	speed float64
+	log   io.Writer
+	logPf string
+
+	mu         sync.Mutex
+	wake       chan struct{}
+	t0         time.Time
+	simT       float64
+	pending    []*Seq
+	waiting    []*Seq
+	running    []*Seq
+	prefilling *Seq
+	kvUsed     int
+	highWater  map[string]int
+	cache      map[uint64]int
+	cacheFIFO  []uint64
+	cacheTok   int
+	rng        *rand.Rand
+	admitted   int
+	hung       bool
+	crashed    bool
+	lastToken  time.Time
+	steps      int
+
+	crashAfter   int // 0: off
+	crashRunning int
+	hangRunning  int
+
+	stats     Stats
+	acceptSum float64
+	acceptN   float64
+	onCrash   func(reason string)
+
+	// OverheadMS is the wall-clock request overhead (ms) subtracted from
+	// the simulated front-end latency (--sim-overhead-ms).
+	OverheadMS float64
+	// GatherMS is the wall-clock window (ms) within which arrivals are
+	// treated as simultaneous (--sim-gather-ms).
+	GatherMS float64
+}
+
+// NewEngine builds the scheduler for plan pl. onCrash is called once, from
+// the scheduler goroutine, when a fault rule crashes the engine.
+func NewEngine(p *Profile, pl *Plan, rules []FaultRule, speedup float64, log io.Writer, onCrash func(string)) *Engine {
+	e := &Engine{p: p, pl: pl, speed: speedup, log: log, wake: make(chan struct{}, 1),
+		highWater: map[string]int{}, cache: map[uint64]int{}, rng: rand.New(rand.NewPCG(1, 2)), onCrash: onCrash}
+	e.logPf = schedPrefix(pl)
+	for _, r := range rules {
+		switch r.Effect.Kind {
+		case "crash_after_requests":
+			e.crashAfter = r.Effect.N
+		case "crash_when_running_over":
+			e.crashRunning = r.Effect.N
+		case "hang_when_running_over":
+			e.hangRunning = r.Effect.N
+		}
+	}
+	return e
+}
+
+func schedPrefix(pl *Plan) string {
+	s := ""
+	if pl.DP > 1 {
+		s += " DP0"
+	}
+	if pl.PP > 1 {
+		s += " PP0"
+	}
+	if pl.TP > 1 {
+		s += " TP0"
+	}
+	if pl.EP > 1 {
+		s += " EP0"
+	}
+	return s
+}
+
+// simNow is the sim time that corresponds to the wall clock.
+func (e *Engine) simNow() float64 { return time.Since(e.t0).Seconds() * e.speed }
+
+// Submit queues s; it becomes visible to the scheduler after the
+// front-end latency.
+func (e *Engine) Submit(s *Seq) error {
+	e.mu.Lock()
+	if e.crashed {
+		e.mu.Unlock()
+		return ErrCrashed
+	}
+	now := e.simNow()
+	s.start = now
+	// The wall-clock overhead of HTTP on both sides (about OverheadMS)
+	// is taken out of the simulated front-end latency, so that TTFT
+	// does not grow with the speed-up.
+	s.arrive = now + max(0, e.p.Perf.FrontendMS/1000-e.OverheadMS/1000*e.speed)
+	if s.Notify == nil {
+		s.Notify = make(chan struct{}, 1)
+	}
+	e.pending = append(e.pending, s)
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Abort removes s (client went away).
+func (e *Engine) Abort(s *Seq) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s.done.Load() {
+		return
+	}
+	e.stats.Aborted++
+	remove := func(list []*Seq) []*Seq {
+		for i, x := range list {
+			if x == s {
+				return append(list[:i], list[i+1:]...)
+			}
+		}
+		return list
+	}
+	e.pending = remove(e.pending)
+	e.waiting = remove(e.waiting)
+	e.running = remove(e.running)
+	if e.prefilling == s {
+		e.prefilling = nil
+	}
+	e.kvUsed -= s.kvHeld
+	s.kvHeld = 0
+	s.err = errors.New("aborted")
+	s.done.Store(true)
+	s.signal()
+}
+
+// Snapshot returns live statistics.
+func (e *Engine) Snapshot() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := e.stats
+	st.Running = len(e.running)
+	if e.prefilling != nil {
+		st.Running++
+	}
+	st.Queued = len(e.waiting) + len(e.pending)
+	st.UsedTokens = e.kvUsed
+	if e.acceptN > 0 {
+		st.AcceptLen = e.acceptSum / e.acceptN
+	}
+	st.TTFT = append([]float64(nil), e.stats.TTFT...)
+	st.E2E = append([]float64(nil), e.stats.E2E...)
+	e.stats.TTFT = e.stats.TTFT[:0]
+	e.stats.E2E = e.stats.E2E[:0]
+	return st
+}
+
+// RecentlyActive reports whether a token was produced within d (wall).
+func (e *Engine) RecentlyActive(d time.Duration) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return !e.hung && len(e.running) > 0 && time.Since(e.lastToken) < d
+}
+
+// FlushCache empties the prefix cache when idle.
+func (e *Engine) FlushCache() (ok bool, queued, running int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	queued, running = len(e.waiting)+len(e.pending), len(e.running)
+	if queued+running > 0 || e.prefilling != nil {
+		return false, queued, running
+	}
+	e.cache = map[uint64]int{}
+	e.cacheFIFO = nil
+	e.cacheTok = 0
+	return true, 0, 0
+}
+
+// Run is the scheduler loop; it returns when ctx ends or the engine crashes.
+func (e *Engine) Run(ctx context.Context) {
+	e.mu.Lock()
+	e.t0 = time.Now()
+	e.mu.Unlock()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	sleepUntil := func(simT float64) bool {
+		d := time.Until(e.t0.Add(time.Duration(simT / e.speed * float64(time.Second))))
+		if d <= 0 {
+			return ctx.Err() == nil
+		}
+		timer.Reset(d)
+		select {
+		case <-timer.C:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for ctx.Err() == nil {
+		e.mu.Lock()
+		if e.crashed {
+			e.mu.Unlock()
+			return
+		}
+		now := e.simNow()
+		if len(e.running) == 0 && len(e.waiting) == 0 && e.prefilling == nil {
+			if len(e.pending) == 0 {
+				e.mu.Unlock()
+				select {
+				case <-e.wake:
+				case <-ctx.Done():
+				}
+				continue
+			}
+			if e.simT < now {
+				e.simT = now
+			}
+			earliest := math.Inf(1)
+			for _, s := range e.pending {
+				earliest = math.Min(earliest, s.arrive)
+			}
+			if earliest > e.simT {
+				e.mu.Unlock()
+				d := time.Until(e.t0.Add(time.Duration(earliest / e.speed * float64(time.Second))))
+				if d > 0 {
+					timer.Reset(d)
+					select {
+					case <-timer.C:
+					case <-e.wake:
+						if !timer.Stop() {
+							<-timer.C
+						}
+					case <-ctx.Done():
+					}
+				}
+				continue
+			}
+		}
+		// Requests whose front-end latency has passed join the queue.
+		// Arrivals within the gather window (wall jitter of the client
+		// and HTTP, scaled by the speed-up) count as simultaneous.
+		gather := e.GatherMS / 1000 * e.speed
+		keep := e.pending[:0]
+		for _, s := range e.pending {
+			if s.arrive <= e.simT+gather {
+				e.waiting = append(e.waiting, s)
+			} else {
+				keep = append(keep, s)
+			}
+		}
+		e.pending = keep
+		if e.hung {
+			e.mu.Unlock()
+			<-ctx.Done()
+			return
+		}
+		dur, apply := e.plan()
+		if apply == nil {
+			// Nothing runnable yet (all pending in the future): advance.
+			e.simT = math.Max(e.simT, now)
+			e.mu.Unlock()
+			if !sleepUntil(e.simT + 0.001) {
+				return
+			}
+			continue
+		}
+		if e.crashed {
+			e.mu.Unlock()
+			return
+		}
+		end := e.simT + dur
+		e.mu.Unlock()
+		if !sleepUntil(end) {
+			return
+		}
+		e.mu.Lock()
+		e.simT = end
+		apply()
+		e.mu.Unlock()
+	}
+}
+
+func pow2(n int) int {
+	if n <= 1 {
+		return 1
+	}
+	return 1 << bits.Len(uint(n-1))
+}
+
+// cold returns the penalty when a step runs a batch larger than any seen
+// before (JIT kernels and graph buckets compile on first use): n rounded up
+// to a power of two is compared with the high-water mark of its kind.
+func (e *Engine) cold(kind string, n int, health bool) float64 {
+	if health {
+		return 0
+	}
+	b := pow2(n)
+	if b <= e.highWater[kind] {
+		return 0
+	}
+	e.highWater[kind] = b
+	pen := e.p.Perf.ColdDecodeS
+	if kind == "p" {
+		pen = e.p.Perf.ColdPrefillS
+	}
+	if !e.pl.CUDAGraph && e.p.Perf.NoGraphColdScale > 0 {
+		pen *= e.p.Perf.NoGraphColdScale
+	}
+	return pen
+}
+
+// epFactor is the step multiplier for EP < TP at batch b.
+func (e *Engine) epFactor(b int) float64 {
+	if e.pl.EP < e.pl.TP && len(e.p.Perf.EPPartialFactor) > 0 {
+		return e.p.Perf.EPPartialFactor.At(float64(b))
+	}
+	return 1
+}
+
+// StepMS is the simulated decode step time (ms) for a batch of b requests
+// holding kvTok tokens, with queued requests waiting or not.
+func (e *Engine) StepMS(b int, kvTok int, queued bool) float64 {
+	pf := e.p.Perf
+	ms := pf.DecodeStepMS.At(float64(b)) * e.epFactor(b)
+	if pf.TPExponent != 0 && e.pl.TP != e.p.Memory.ReferenceTP {
+		ms *= math.Pow(float64(e.p.Memory.ReferenceTP)/float64(e.pl.TP), pf.TPExponent)
+	}
+	ms += pf.KVMSPerMToken * float64(kvTok) / 1e6
+	if queued {
+		ms += pf.QueueOverheadMS * e.epFactor(b)
+	}
+	if e.pl.SpecAlgorithm != "" {
+		ms *= 1 + e.p.Spec.DraftStepCost.At(float64(b))*float64(e.pl.SpecSteps)
+	}
+	if !e.pl.CUDAGraph || b > e.pl.GraphMaxBS {
+		ms += pf.NoGraphStepMS
+	}
+	return ms
+}
+
+// plan picks the next step (prefill has priority, as in SGLang) and returns
+// its simulated duration and the function that applies its outcome.
+func (e *Engine) plan() (float64, func()) {
+	pf := e.p.Perf
+	// A chunked prefill in progress continues first.
+	if s := e.prefilling; s != nil {
+		n := min(s.prefLeft, max(e.pl.ChunkedPrefill, 1))
+		dur := e.prefillS([]*Seq{s}, []int{n})
+		return dur, func() {
+			s.prefLeft -= n
+			if s.prefLeft <= 0 {
+				e.prefilling = nil
+				e.firstToken(s)
+			}
+		}
+	}
+	// Admit new requests: FCFS under the running cap, KV room and the
+	// prefill token budget.
+	var batch []*Seq
+	var toks []int
+	budget := max(e.pl.MaxPrefillTokens, e.pl.ChunkedPrefill)
+	used := 0
+	for len(e.waiting) > 0 && len(e.running)+len(batch) < e.pl.EffectiveMRR {
+		s := e.waiting[0]
+		need := s.Prompt + s.Limit
+		if e.kvUsed+need > e.pl.KVTokens && (len(e.running)+len(batch) > 0) {
+			break
+		}
+		cached := 0
+		if e.pl.Radix {
+			if c, ok := e.cache[s.PromptKey]; ok {
+				cached = min(c, s.Prompt-1)
+			}
+		}
+		newTok := s.Prompt - cached
+		if len(batch) > 0 && used+newTok > budget {
+			break
+		}
+		if !s.Health {
+			e.admitted++
+			if e.crashAfter > 0 && e.admitted > e.crashAfter {
+				e.crash(fmt.Sprintf("request %d", e.admitted))
+				return 0, func() {}
+			}
+		}
+		e.waiting = e.waiting[1:]
+		s.Cached = cached
+		s.kvHeld = need
+		e.kvUsed += need
+		used += newTok
+		if e.pl.ChunkedPrefill > 0 && newTok > e.pl.ChunkedPrefill {
+			// A long prompt is prefilled alone, one chunk per step.
+			if len(batch) == 0 {
+				s.prefLeft = newTok
+				e.prefilling = s
+				return e.plan()
+			}
+			e.waiting = append([]*Seq{s}, e.waiting...)
+			e.kvUsed -= need
+			s.kvHeld = 0
+			used -= newTok
+			break
+		}
+		batch = append(batch, s)
+		toks = append(toks, newTok)
+	}
+	if len(batch) > 0 {
+		running := len(e.running) + len(batch)
+		if e.crashRunning > 0 && running > e.crashRunning {
+			e.crash(fmt.Sprintf("%d running requests", running))
+			return 0, func() {}
+		}
+		if e.hangRunning > 0 && running > e.hangRunning {
+			e.hung = true
+		}
+		dur := e.prefillS(batch, toks)
+		allHealth := true
+		for _, s := range batch {
+			allHealth = allHealth && s.Health
+		}
+		dur += e.cold("p", running, allHealth)
+		e.logPrefill(batch, toks)
+		return dur, func() {
+			for _, s := range batch {
+				e.firstToken(s)
+			}
+		}
+	}
+	if len(e.running) == 0 {
+		return 0, nil
+	}
+	b := len(e.running)
+	kvTok := 0
+	allHealth := true
+	for _, s := range e.running {
+		kvTok += s.Prompt + s.Gen()
+		allHealth = allHealth && s.Health
+	}
+	ms := e.StepMS(b, kvTok, len(e.waiting) > 0)
+	dur := ms/1000 + e.cold("d", b, allHealth)
+	_ = pf
+	return dur, func() { e.decode(dur) }
+}
+
+// prefillS is the simulated time of one prefill step.
+func (e *Engine) prefillS(batch []*Seq, toks []int) float64 {
+	pf := e.p.Perf
+	perReq := pf.PrefillPerReqMS
+	if e.pl.EP < e.pl.TP && pf.PrefillPerReqEPPartial > 0 {
+		perReq *= pf.PrefillPerReqEPPartial
+	}
+	ms := pf.PrefillBaseMS + perReq*float64(len(batch))
+	tpScale := float64(e.pl.TP) / float64(e.p.Memory.ReferenceTP)
+	for i, s := range batch {
+		n := float64(toks[i])
+		if pf.PrefillTokPerS > 0 {
+			ms += n / (pf.PrefillTokPerS * tpScale) * 1000
+		}
+		m := float64(s.Prompt) / 1e6
+		q := pf.PrefillQuadS * m * m * 1000 / tpScale
+		if s.Prompt > 0 {
+			ms += q * n / float64(s.Prompt)
+		}
+		ms += pf.CachedTokenUS * float64(s.Cached) / 1000
+	}
+	if e.pl.SpecAlgorithm != "" && e.p.Spec.PrefillFactor > 0 {
+		ms *= e.p.Spec.PrefillFactor
+	}
+	if !e.pl.CUDAGraph {
+		ms += pf.NoGraphStepMS
+	}
+	return ms / 1000
+}
+
+// firstToken ends a request's prefill: the first token is out.
+func (e *Engine) firstToken(s *Seq) {
+	if e.pl.Radix {
+		if _, ok := e.cache[s.PromptKey]; !ok {
+			e.cache[s.PromptKey] = s.Prompt
+			e.cacheFIFO = append(e.cacheFIFO, s.PromptKey)
+			e.cacheTok += s.Prompt
+			for e.cacheTok > e.pl.KVTokens && len(e.cacheFIFO) > 1 {
+				k := e.cacheFIFO[0]
+				e.cacheFIFO = e.cacheFIFO[1:]
+				e.cacheTok -= e.cache[k]
+				delete(e.cache, k)
+			}
+		}
+	}
+	s.firstAt = e.simT
+	if !s.Health {
+		e.stats.PromptTok += int64(s.Prompt)
+		e.stats.CachedTok += int64(s.Cached)
+		e.stats.Requests++
+		if len(e.stats.TTFT) < 4096 {
+			e.stats.TTFT = append(e.stats.TTFT, s.firstAt-s.start)
+		}
+	}
+	e.lastToken = time.Now()
+	e.running = append(e.running, s)
+	e.emit(s, 1)
+}
+
+// emit adds k tokens to s and finishes it at its limit or EOS.
+func (e *Engine) emit(s *Seq, k int) {
+	g := s.Gen()
+	n := g + k
+	if n >= s.Limit {
+		n = s.Limit
+		s.finish = "length"
+	}
+	if s.EOSAt > 0 && n >= s.EOSAt {
+		n = s.EOSAt
+		s.finish = "stop"
+	}
+	s.gen.Store(int64(n))
+	if !s.Health {
+		e.stats.GenTokens += int64(n - g)
+	}
+	if s.finish != "" {
+		for i, x := range e.running {
+			if x == s {
+				e.running = append(e.running[:i], e.running[i+1:]...)
+				break
+			}
+		}
+		e.kvUsed -= s.kvHeld
+		s.kvHeld = 0
+		if !s.Health && len(e.stats.E2E) < 4096 {
+			e.stats.E2E = append(e.stats.E2E, e.simT-s.start)
+		}
+		s.done.Store(true)
+	}
+	s.signal()
+}
+
+// decode advances every running request by one step.
+func (e *Engine) decode(dur float64) {
+	b := len(e.running)
+	list := append([]*Seq(nil), e.running...)
+	total := 0
+	for _, s := range list {
+		k := 1
+		if e.pl.SpecAlgorithm != "" {
+			for i := 0; i < e.pl.SpecSteps && e.rng.Float64() < e.p.Spec.AcceptAlpha; i++ {
+				k++
+			}
+			e.acceptSum += float64(k)
+			e.acceptN++
+		}
+		total += k
+		e.emit(s, k)
+	}
+	e.lastToken = time.Now()
+	if dur > 0 {
+		e.stats.GenThroughput = float64(total) / dur
+	}
+	e.steps++
+	if e.steps%40 == 0 && e.log != nil {
+		acc := ""
+		if e.acceptN > 0 {
+			acc = fmt.Sprintf("accept len: %.2f, accept rate: %.2f, ", e.acceptSum/e.acceptN, (e.acceptSum/e.acceptN-1)/float64(max(1, e.pl.SpecSteps)))
+		}
+		fmt.Fprintf(e.log, "[%s%s] Decode batch, #running-req: %d, #full token: %d, full token usage: %.2f, mamba num: %d, mamba usage: %.2f, %scuda graph: %s, gen throughput (token/s): %.2f, #queue-req: %d\n",
+			stamp(), e.logPf, b, e.kvUsed, float64(e.kvUsed)/float64(e.pl.KVTokens), b*e.pl.Ratio,
+			float64(b*e.pl.Ratio)/float64(max(1, e.pl.StateSlots)), acc, pyBool(e.pl.CUDAGraph && b <= e.pl.GraphMaxBS), e.stats.GenThroughput, len(e.waiting))
+	}
+}
+
+func (e *Engine) logPrefill(batch []*Seq, toks []int) {
+	if e.log == nil {
+		return
+	}
+	nt, ct := 0, 0
+	for i, s := range batch {
+		nt += toks[i]
+		ct += s.Cached
+	}
+	fmt.Fprintf(e.log, "[%s%s] Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, full token usage: %.2f, mamba usage: %.2f, #running-req: %d, #queue-req: %d, #pending-token: 0, cuda graph: False\n",
+		stamp(), e.logPf, len(batch), nt, ct, float64(e.kvUsed)/float64(e.pl.KVTokens),
+		float64(len(e.running)*e.pl.Ratio)/float64(max(1, e.pl.StateSlots)), len(e.running), len(e.waiting))
+}
+
+// crash fails everything in flight and reports it once.
+func (e *Engine) crash(reason string) {
+	if e.crashed {
+		return
+	}
+	e.crashed = true
+	fail := func(list []*Seq) {
+		for _, s := range list {
+			s.err = ErrCrashed
+			s.done.Store(true)
+			s.signal()
+		}
+	}
+	fail(e.pending)
+	fail(e.waiting)
+	fail(e.running)
+	if e.prefilling != nil {
+		fail([]*Seq{e.prefilling})
+	}
+	e.pending, e.waiting, e.running, e.prefilling = nil, nil, nil, nil
+	if e.onCrash != nil {
+		go e.onCrash(reason)
+	}
+}
+
+// Crashed reports whether a fault crashed the engine.
+func (e *Engine) Crashed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.crashed
+}
+
+// Hung reports whether a hang fault fired.
+func (e *Engine) Hung() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.hung
+}
+
+// AcceptLen is the running mean accept length (0 without spec).
+func (e *Engine) AcceptLen() float64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.acceptN == 0 {
+		return 0
+	}
+	return e.acceptSum / e.acceptN
+}
+
+func pyBool(b bool) string {
+	if b {
+		return "True"
+	}
+	return "False"
+}
+
+func stamp() string { return time.Now().Format("2006-01-02 15:04:05") }

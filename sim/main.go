@@ -1,0 +1,385 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// lockedWriter serialises log lines from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func mathLog1p(x float64) float64 { return math.Log1p(x) }
+
+// Exit codes of Main.
+const (
+	ExitOK    = 0
+	ExitCrash = 1
+	ExitUsage = 2
+)
+
+// Options are hooks for tests and the command.
+type Options struct {
+	// Ready, when set, is called with the listen address once the server is
+	// fired up and ready.
+	Ready func(addr string)
+}
+
+// Main runs the simulated server with SGLang's argv until ctx ends (SIGTERM
+// or SIGINT in the command) or a fault crashes it, and returns the exit code.
+func Main(ctx context.Context, argv []string, stdout, stderr io.Writer, opt Options) int {
+	a, err := ParseArgs(argv)
+	if err != nil {
+		var pe *ParseError
+		if errors.As(err, &pe) && pe == ErrHelp {
+			fmt.Fprint(stdout, Usage())
+			return ExitOK
+		}
+		fmt.Fprint(stderr, Usage())
+		fmt.Fprintf(stderr, "%s: error: %s\n", Prog, err.Error())
+		return ExitUsage
+	}
+	prof, err := LoadProfile(a.String("sim_profile", DefaultProfile))
+	if err != nil {
+		fmt.Fprint(stderr, Usage())
+		fmt.Fprintf(stderr, "%s: error: argument --sim-profile: %v\n", Prog, err)
+		return ExitUsage
+	}
+	speed := a.Float("sim_speedup", 1)
+	if speed <= 0 || math.IsNaN(speed) || math.IsInf(speed, 0) {
+		fmt.Fprint(stderr, Usage())
+		fmt.Fprintf(stderr, "%s: error: argument --sim-speedup: must be a positive number\n", Prog)
+		return ExitUsage
+	}
+	log := &lockedWriter{w: stdout}
+	pl := Resolve(a, prof)
+	rules, err := MatchFaults(prof.Faults, pl.Facts(a))
+	if err != nil {
+		fmt.Fprintf(stderr, "sim profile %s: %v\n", prof.Name, err)
+		return ExitUsage
+	}
+	st := &startup{ctx: ctx, log: log, speed: speed, p: prof, pl: pl, a: a, rules: rules}
+	return st.run(opt)
+}
+
+type startup struct {
+	ctx   context.Context
+	log   io.Writer
+	speed float64
+	p     *Profile
+	pl    *Plan
+	a     *Args
+	rules []FaultRule
+}
+
+// sleep waits d simulated seconds; false when interrupted.
+func (st *startup) sleep(d float64) bool {
+	t := time.NewTimer(time.Duration(d / st.speed * float64(time.Second)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-st.ctx.Done():
+		return false
+	}
+}
+
+func (st *startup) logf(format string, args ...any) {
+	fmt.Fprintf(st.log, "[%s] "+format+"\n", append([]any{stamp()}, args...)...)
+}
+
+func (st *startup) slogf(format string, args ...any) {
+	fmt.Fprintf(st.log, "[%s%s] "+format+"\n", append([]any{stamp(), schedPrefix(st.pl)}, args...)...)
+}
+
+// serverArgsRepr renders server_args=ServerArgs(...) like Python's repr.
+func (st *startup) serverArgsRepr() string {
+	vals := map[string]string{}
+	for _, d := range flagTable {
+		if strings.HasPrefix(d.dest, "sim_") {
+			continue
+		}
+		vals[d.dest] = "None"
+		if d.kind == kBool {
+			vals[d.dest] = "False"
+		}
+	}
+	for k, v := range st.a.Values {
+		if strings.HasPrefix(k, "sim_") {
+			continue
+		}
+		switch x := v.(type) {
+		case string:
+			vals[k] = "'" + x + "'"
+		case bool:
+			vals[k] = pyBool(x)
+		case []int:
+			s := make([]string, len(x))
+			for i, n := range x {
+				s[i] = fmt.Sprint(n)
+			}
+			vals[k] = "[" + strings.Join(s, ", ") + "]"
+		default:
+			vals[k] = fmt.Sprint(x)
+		}
+	}
+	pl := st.pl
+	vals["tp_size"], vals["ep_size"], vals["dp_size"] = fmt.Sprint(pl.TP), fmt.Sprint(pl.EP), fmt.Sprint(pl.DP)
+	vals["mem_fraction_static"] = fmt.Sprint(pl.MemFraction)
+	vals["chunked_prefill_size"] = fmt.Sprint(pl.ChunkedPrefill)
+	vals["max_prefill_tokens"] = fmt.Sprint(pl.MaxPrefillTokens)
+	vals["host"], vals["port"] = "'"+pl.Host+"'", fmt.Sprint(pl.Port)
+	vals["served_model_name"] = "'" + pl.ServedModelName + "'"
+	vals["mamba_radix_cache_strategy"] = "'" + pl.Strategy + "'"
+	vals["kv_cache_dtype"] = "'" + pl.KVDtype + "'"
+	if pl.RequestedMRR > 0 {
+		vals["max_running_requests"] = fmt.Sprint(pl.RequestedMRR)
+	}
+	if pl.APIKey != "" {
+		vals["api_key"] = "'" + pl.APIKey + "'"
+	}
+	keys := []string{"model_path", "tokenizer_path"}
+	rest := make([]string, 0, len(vals))
+	for k := range vals {
+		if k != "model_path" && k != "tokenizer_path" {
+			rest = append(rest, k)
+		}
+	}
+	sort.Strings(rest)
+	keys = append(keys, rest...)
+	if vals["tokenizer_path"] == "None" {
+		vals["tokenizer_path"] = vals["model_path"]
+	}
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+"="+vals[k])
+	}
+	return "server_args=ServerArgs(" + strings.Join(parts, ", ") + ")"
+}
+
+// traceback prints a scheduler exception the way SGLang logs it.
+func (st *startup) traceback(excLines []string, cuda bool) {
+	st.slogf("Scheduler hit an exception: Traceback (most recent call last):")
+	fmt.Fprint(st.log, `  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 3120, in run_scheduler_process
+    scheduler.event_loop_overlap()
+  File "/usr/local/lib/python3.12/dist-packages/torch/utils/_contextlib.py", line 120, in decorate_context
+    return func(*args, **kwargs)
+           ^^^^^^^^^^^^^^^^^^^^^
+  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1187, in event_loop_overlap
+    self.process_batch_result(tmp_batch, tmp_result)
+  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler_output_processor_mixin.py", line 412, in process_batch_result_decode
+    next_token_ids = next_token_ids.tolist()
+                     ^^^^^^^^^^^^^^^^^^^^^^^
+`)
+	for _, l := range excLines {
+		fmt.Fprintln(st.log, l)
+	}
+	if cuda {
+		fmt.Fprint(st.log, "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n\n")
+	}
+}
+
+const illegalMemory = "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+// fatalStartup prints a startup failure and returns the exit code.
+func (st *startup) fatalStartup(lines []string, cuda bool) int {
+	st.traceback(lines, cuda)
+	st.logf("Received sigquit from a child process. It usually means the child failed.")
+	return ExitCrash
+}
+
+func (st *startup) run(opt Options) int {
+	pl, p := st.pl, st.p
+	for _, d := range st.a.Deprecated {
+		st.logf("%s", d)
+	}
+	if pl.Err != nil && pl.Err.Kind == "invalid" {
+		fmt.Fprintln(st.log, "Traceback (most recent call last):")
+		for _, l := range pl.Err.Lines {
+			fmt.Fprintln(st.log, l)
+		}
+		return ExitCrash
+	}
+	for _, w := range pl.Warnings {
+		st.logf("%s", w)
+	}
+	st.logf("%s", st.serverArgsRepr())
+	gpuMem := p.Hardware.GPUMemGB
+	st.slogf("Init torch distributed begin.")
+	if !st.sleep(p.Memory.StartupOtherS * 0.5) {
+		return ExitOK
+	}
+	st.slogf("Init torch distributed ends. elapsed=%.2f s, mem usage=%.2f GB", p.Memory.StartupOtherS*0.5, 0.98)
+	st.slogf("Load weight begin. avail mem=%.2f GB", gpuMem-1.0)
+	if !st.sleep(p.Memory.WeightLoadS) {
+		return ExitOK
+	}
+	wgb := p.Memory.WeightsGB / float64(pl.TP*pl.PP)
+	quant := ""
+	if p.Model.Quantization != "" {
+		quant = "quant=" + p.Model.Quantization + ", "
+	}
+	st.slogf("Load weight end. elapsed=%.2f s, type=%s, %savail mem=%.2f GB, mem usage=%.2f GB.", p.Memory.WeightLoadS, p.Model.Architecture, quant, gpuMem-1.0-wgb, wgb)
+	for _, r := range st.rules {
+		if r.Effect.Kind == "startup_oom" {
+			return st.fatalStartup([]string{fmt.Sprintf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of %.2f GiB of which 1.12 GiB is free. Including non-PyTorch memory, this process has %.2f GiB memory in use. Of the allocated memory %.2f GiB is allocated by PyTorch, and 1.31 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)", gpuMem, gpuMem-1.12, gpuMem-2.6)}, false)
+		}
+	}
+	if pl.Err != nil && (pl.Err.Kind == "memory" || pl.Err.Kind == "state_pool") {
+		return st.fatalStartup(pl.Err.Lines, false)
+	}
+	if pl.ReductionWarning != "" {
+		st.slogf("%s", pl.ReductionWarning)
+	}
+	if p.Model.Hybrid {
+		slotGB := p.StatePool.SlotStateGB
+		line := fmt.Sprintf("Mamba Cache is allocated. max_mamba_cache_size: %d, conv_state size: %.2fGB, ssm_state size: %.2fGB ",
+			pl.StateSlots, float64(pl.StateSlots)*slotGB*0.06, float64(pl.StateSlots)*slotGB*0.94)
+		if pl.SpecAlgorithm != "" {
+			inter := float64(min(pl.RequestedMRR/pl.DP, pl.StateSlots/max(1, pl.Ratio))*pl.SpecDraftTokens) * slotGB
+			line += fmt.Sprintf("intermediate_ssm_state_cache size: %.2fGB intermediate_conv_window_cache size: %.2fGB ", inter*0.94, inter*0.06)
+		}
+		st.slogf("%s", line)
+	}
+	dtype := "torch.bfloat16"
+	switch pl.KVDtype {
+	case "fp8_e4m3":
+		dtype = "torch.float8_e4m3fn"
+	case "fp8_e5m2":
+		dtype = "torch.float8_e5m2"
+	}
+	kvGB := float64(pl.KVTokens) / p.Memory.KVTokensPerGB / float64(pl.TP) * float64(p.Memory.ReferenceTP)
+	if f, ok := p.Memory.DtypeFactor[pl.KVDtype]; ok && f > 0 {
+		kvGB /= f
+	}
+	st.slogf("KV Cache is allocated. dtype: %s, #tokens: %d, K size: %.2f GB, V size: %.2f GB", dtype, pl.KVTokens, kvGB/2, kvGB/2)
+	st.slogf("Memory pool end. avail mem=%.2f GB", pl.AvailGPUMemGB+2)
+	if pl.Err != nil && pl.Err.Kind == "oom" {
+		st.slogf("Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=%s, avail mem=%.2f GB", intList(pl.GraphBS), pl.AvailGPUMemGB+2)
+		st.sleep(p.Memory.GraphCaptureS * 0.3)
+		return st.fatalStartup(pl.Err.Lines, false)
+	}
+	if pl.CUDAGraph {
+		phase := "decode"
+		if pl.SpecAlgorithm != "" {
+			phase = "verify"
+		}
+		tpr := 1
+		if pl.SpecAlgorithm != "" {
+			tpr = pl.SpecDraftTokens
+		}
+		st.slogf("Capture target %s CUDA graph begin. backend=full, num_tokens_per_req=%d, bs=%s, avail mem=%.2f GB", phase, tpr, intList(pl.GraphBS), pl.AvailGPUMemGB+2)
+		fmt.Fprintf(st.log, "Capturing batches (bs=%d avail_mem=%.2f GB): 100%%|██████████| %d/%d\n", pl.GraphBS[len(pl.GraphBS)-1], pl.AvailGPUMemGB+0.4, len(pl.GraphBS), len(pl.GraphBS))
+		gs := p.Memory.GraphCaptureS
+		if pl.SpecAlgorithm != "" {
+			gs *= 1.8
+		}
+		if !st.sleep(gs) {
+			return ExitOK
+		}
+		st.slogf("Capture target %s CUDA graph end. elapsed=%.2f s, mem usage=%.2f GB, avail mem=%.2f GB.", phase, gs, 1.6, pl.AvailGPUMemGB)
+		if pl.SpecAlgorithm != "" {
+			st.slogf("Capture draft decode CUDA graph begin. backend=full, num_tokens_per_req=%d, bs=%s, avail mem=%.2f GB", pl.SpecTopK, intList(pl.GraphBS), pl.AvailGPUMemGB)
+			st.slogf("Capture draft decode CUDA graph end. elapsed=%.2f s, mem usage=%.2f GB, avail mem=%.2f GB.", gs*0.4, 0.5, pl.AvailGPUMemGB-0.5)
+		}
+	}
+	for _, r := range st.rules {
+		if r.Effect.Kind == "startup_crash" {
+			msg := r.Effect.Message
+			if msg == "" {
+				msg = illegalMemory
+			}
+			return st.fatalStartup([]string{msg}, strings.Contains(msg, "CUDA error"))
+		}
+	}
+	st.slogf("max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB",
+		pl.KVTokens, pl.ChunkedPrefill, pl.MaxPrefillTokens, pl.EffectiveMRR, pl.ContextLen, pl.AvailGPUMemGB)
+	if !st.sleep(p.Memory.StartupOtherS * 0.5) {
+		return ExitOK
+	}
+
+	ln, err := listen(pl.Host, pl.Port)
+	if err != nil {
+		st.logf("ERROR:    [Errno 98] error while attempting to bind on address ('%s', %d): address already in use", pl.Host, pl.Port)
+		return ExitCrash
+	}
+	ctx, cancel := context.WithCancel(st.ctx)
+	defer cancel()
+	var crashOnce sync.Once
+	crashed := false
+	var eng *Engine
+	eng = NewEngine(p, pl, st.rules, st.speed, st.log, func(reason string) {
+		crashOnce.Do(func() {
+			st.traceback([]string{illegalMemory}, true)
+			st.logf("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+			crashed = true
+			cancel()
+		})
+	})
+	eng.OverheadMS = st.a.Float("sim_overhead_ms", 1)
+	eng.GatherMS = st.a.Float("sim_gather_ms", 2)
+	srv := newServer(p, pl, st.a, eng, st.speed, st.log, st.rules)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); eng.Run(ctx) }()
+	go func() { defer wg.Done(); serve(ctx, ln, srv.Handler()) }()
+	st.logf("INFO:     Started server process [%d]", os.Getpid())
+	st.logf("INFO:     Waiting for application startup.")
+	st.logf("INFO:     Application startup complete.")
+	st.logf("INFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)", pl.Host, ln.Addr().(*net.TCPAddr).Port)
+	// Warmup: GET /model_info, then a short generate.
+	if st.sleep(2) {
+		st.logf(`INFO:     127.0.0.1:40512 - "GET /model_info HTTP/1.1" 200 OK`)
+		w := &Seq{Prompt: 7, Limit: 8, Health: true, Notify: make(chan struct{}, 1)}
+		if eng.Submit(w) == nil {
+			for !w.Done() {
+				select {
+				case <-w.Notify:
+				case <-ctx.Done():
+				}
+				if ctx.Err() != nil {
+					break
+				}
+			}
+		}
+		if ctx.Err() == nil {
+			st.logf(`INFO:     127.0.0.1:40526 - "POST /generate HTTP/1.1" 200 OK`)
+			srv.ready.Store(true)
+			st.logf("The server is fired up and ready to roll!")
+			if opt.Ready != nil {
+				opt.Ready(ln.Addr().String())
+			}
+		}
+	}
+	<-ctx.Done()
+	wg.Wait()
+	if crashed {
+		return ExitCrash
+	}
+	return ExitOK
+}
+
+func intList(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprint(x)
+	}
+	return "[" + strings.Join(s, ", ") + "]"
+}

@@ -1,0 +1,282 @@
+package space
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// schemaFS holds the bundled flag schemas. The same files live in
+// testdata/flags/ (go:embed cannot reach above the package); a test keeps the
+// two copies byte-identical.
+//
+//go:embed schema/*.yaml
+var schemaFS embed.FS
+
+// DefaultSchemaVersion is the schema used when a study pins no version or a
+// version without a bundled schema.
+const DefaultSchemaVersion = "v0.5.21"
+
+// FlagSpec describes one engine flag.
+type FlagSpec struct {
+	Name          string   `yaml:"name"`
+	Aliases       []string `yaml:"aliases"`
+	Type          string   `yaml:"type"` // int | float | str | bool
+	Choices       []string `yaml:"choices"`
+	Fold          bool     `yaml:"fold"`  // choices compare upper-cased
+	Known         []string `yaml:"known"` // open list of known values
+	Min           *float64 `yaml:"min"`
+	Max           *float64 `yaml:"max"`
+	Nargs         string   `yaml:"nargs"`
+	HumanReadable bool     `yaml:"human_readable"`
+	Owner         string   `yaml:"owner"` // "", study, launcher
+	Deprecated    string   `yaml:"deprecated"`
+}
+
+// FlagSchema is a versioned set of engine flags.
+type FlagSchema struct {
+	Engine  string     `yaml:"engine"`
+	Version string     `yaml:"version"`
+	Flags   []FlagSpec `yaml:"flags"`
+
+	// Source names where the schema came from (bundled file or path).
+	Source string `yaml:"-"`
+	byName map[string]*FlagSpec
+}
+
+// ParseFlagSchema decodes a flag schema document.
+func ParseFlagSchema(data []byte, source string) (*FlagSchema, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var s FlagSchema
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("flag schema %s: %w", source, err)
+	}
+	s.Source = source
+	s.byName = map[string]*FlagSpec{}
+	for i := range s.Flags {
+		f := &s.Flags[i]
+		switch f.Type {
+		case "int", "float", "str", "bool":
+		default:
+			return nil, fmt.Errorf("flag schema %s: %s: type %q; valid: int, float, str, bool", source, f.Name, f.Type)
+		}
+		for _, n := range append([]string{f.Name}, f.Aliases...) {
+			if !strings.HasPrefix(n, "--") {
+				return nil, fmt.Errorf("flag schema %s: %q does not start with --", source, n)
+			}
+			if _, dup := s.byName[n]; dup {
+				return nil, fmt.Errorf("flag schema %s: %s listed twice", source, n)
+			}
+			s.byName[n] = f
+		}
+	}
+	return &s, nil
+}
+
+// BundledSchema returns the bundled schema for an engine version; ok is false
+// when that version has none and the default was returned instead.
+func BundledSchema(version string) (s *FlagSchema, ok bool, err error) {
+	name := "schema/sglang-" + version + ".yaml"
+	data, rerr := schemaFS.ReadFile(name)
+	ok = rerr == nil
+	if !ok {
+		name = "schema/sglang-" + DefaultSchemaVersion + ".yaml"
+		if data, err = schemaFS.ReadFile(name); err != nil {
+			return nil, false, err
+		}
+	}
+	s, err = ParseFlagSchema(data, "bundled sglang-"+strings.TrimSuffix(strings.TrimPrefix(name, "schema/sglang-"), ".yaml"))
+	return s, ok, err
+}
+
+func loadSchemaFile(path string) (*FlagSchema, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFlagSchema(data, path)
+}
+
+// Lookup finds a flag by name or alias.
+func (s *FlagSchema) Lookup(name string) (*FlagSpec, bool) {
+	f, ok := s.byName[name]
+	return f, ok
+}
+
+// Closest returns the known flag name nearest to name (edit distance,
+// preferring a flag name that name is a prefix of, as argparse would).
+func (s *FlagSchema) Closest(name string) string {
+	names := make([]string, 0, len(s.byName))
+	for n := range s.byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var prefixed []string
+	for _, n := range names {
+		if strings.HasPrefix(n, name) {
+			prefixed = append(prefixed, n)
+		}
+	}
+	if len(prefixed) > 0 {
+		sort.Slice(prefixed, func(i, j int) bool { return len(prefixed[i]) < len(prefixed[j]) })
+		return s.byName[prefixed[0]].Name
+	}
+	return closest(name, names)
+}
+
+// closest returns the candidate with the smallest edit distance to s.
+func closest(s string, candidates []string) string {
+	best, bestD := "", math.MaxInt
+	for _, c := range candidates {
+		if d := editDistance(s, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// ValidateValue checks one value of the flag; it returns what is wrong and
+// what is valid.
+func (f *FlagSpec) ValidateValue(v string) error {
+	switch f.Type {
+	case "bool":
+		return fmt.Errorf("%s is a switch and takes no value (got %q)", f.Name, v)
+	case "int":
+		n, err := parseHumanInt(v, f.HumanReadable)
+		if err != nil {
+			valid := "an integer"
+			if f.HumanReadable {
+				valid += " (16k, 1Ki accepted)"
+			}
+			return fmt.Errorf("%s %q is not an integer; valid: %s", f.Name, v, valid)
+		}
+		return f.checkRange(float64(n))
+	case "float":
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+			return fmt.Errorf("%s %q is not a number; valid: a decimal number", f.Name, v)
+		}
+		return f.checkRange(x)
+	}
+	if len(f.Choices) > 0 {
+		for _, c := range f.Choices {
+			if c == v || (f.Fold && strings.EqualFold(c, v)) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s %q is not a valid choice (did you mean %s?); valid: %s",
+			f.Name, v, closest(v, f.Choices), strings.Join(f.Choices, ", "))
+	}
+	return nil
+}
+
+func (f *FlagSpec) checkRange(x float64) error {
+	if f.Min != nil && x < *f.Min {
+		return fmt.Errorf("%s %v is below %v; valid: >= %v", f.Name, x, *f.Min, *f.Min)
+	}
+	if f.Max != nil && x > *f.Max {
+		return fmt.Errorf("%s %v is above %v; valid: <= %v", f.Name, x, *f.Max, *f.Max)
+	}
+	return nil
+}
+
+// parseHumanInt parses an int, optionally with SGLang's human_readable_int
+// suffixes (k, M, G decimal; Ki, Mi, Gi binary).
+func parseHumanInt(v string, human bool) (int64, error) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return n, nil
+	}
+	if !human {
+		return 0, fmt.Errorf("not an integer")
+	}
+	mult := map[string]int64{"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
+	for _, suf := range []string{"Ki", "Mi", "Gi", "k", "K", "M", "G"} {
+		if num, ok := strings.CutSuffix(v, suf); ok {
+			n, err := strconv.ParseInt(num, 10, 64)
+			if err != nil {
+				return 0, err
+			}
+			return n * mult[suf], nil
+		}
+	}
+	return 0, fmt.Errorf("not an integer")
+}
+
+// flagArg is one flag occurrence in an argv.
+type flagArg struct {
+	Name   string // as written
+	Spec   *FlagSpec
+	Values []string // nil for a switch
+}
+
+// parseArgv splits engine flags into occurrences using the schema. Unknown
+// flags and malformed values are returned as errors.
+func (s *FlagSchema) parseArgv(argv []string) ([]flagArg, error) {
+	var out []flagArg
+	for i := 0; i < len(argv); i++ {
+		tok := argv[i]
+		name, inline, hasInline := strings.Cut(tok, "=")
+		if !strings.HasPrefix(name, "--") {
+			return nil, fmt.Errorf("%q is not a flag; engine flags start with --", tok)
+		}
+		spec, ok := s.Lookup(name)
+		if !ok {
+			return nil, fmt.Errorf("unknown flag %s (did you mean %s?)", name, s.Closest(name))
+		}
+		a := flagArg{Name: name, Spec: spec}
+		switch {
+		case spec.Type == "bool":
+			if hasInline {
+				return nil, fmt.Errorf("%s is a switch and takes no value (got %q)", name, inline)
+			}
+		case hasInline:
+			a.Values = []string{inline}
+		default:
+			for i+1 < len(argv) && !strings.HasPrefix(argv[i+1], "--") {
+				i++
+				a.Values = append(a.Values, argv[i])
+				if spec.Nargs != "+" {
+					break
+				}
+			}
+			if len(a.Values) == 0 {
+				return nil, fmt.Errorf("%s needs a value", name)
+			}
+		}
+		for _, v := range a.Values {
+			if err := spec.ValidateValue(v); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}

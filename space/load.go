@@ -1,0 +1,957 @@
+package space
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sgtune/sgtune/objective"
+)
+
+// Defaults applied by Load.
+var (
+	DefaultConcurrency    = []int{1, 16, 64, 128}
+	DefaultRequests       = []int{8, 32, 256, 512}
+	DefaultMaxTokens      = 256
+	DefaultRepeats        = 3
+	DefaultJSONRequests   = 24
+	DefaultToolRequests   = 8
+	DefaultTrials         = 20
+	DefaultSampler        = "tpe"
+	DefaultStartupTimeout = 20 * time.Minute
+	// Samplers are the values budget.sampler accepts.
+	Samplers = []string{"tpe", "random"}
+)
+
+// Load reads and validates a study file. Every problem is reported as
+// file:line:col: field: what is wrong; what is valid, and the error wraps
+// ErrInvalid.
+func Load(path string) (*Study, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return Parse(path, data)
+}
+
+// Parse validates a study document; path is used in messages and to resolve
+// relative paths in it.
+func Parse(path string, data []byte) (*Study, error) {
+	d := &dec{file: path}
+	var doc yaml.Node
+	if err := unmarshal(data, &doc); err != nil {
+		d.syntaxError(err)
+		return nil, &LoadError{Errs: d.errs}
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
+		d.failAt(1, 1, "", "empty study file; valid: a mapping with name, engine, model, params, ...")
+		return nil, &LoadError{Errs: d.errs}
+	}
+	st := &Study{Path: path, learn: newLearner()}
+	d.study(st, doc.Content[0])
+	if len(d.errs) > 0 {
+		return nil, &LoadError{Errs: d.errs}
+	}
+	return st, nil
+}
+
+// unmarshal parses YAML; a panic in the YAML library on odd input becomes an
+// error so that the CLI reports it as bad input.
+func unmarshal(data []byte, doc *yaml.Node) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("cannot parse: %v", r)
+		}
+	}()
+	return yaml.Unmarshal(data, doc)
+}
+
+var (
+	identRE   = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+var reservedNames = []string{"and", "or", "not", "in", "true", "false", "null", "min", "max", "abs", "predicted", "gpus_per_trial"}
+
+func (d *dec) study(st *Study, root *yaml.Node) {
+	m := d.mapping(root, "", "name", "engine", "model", "memory", "fixed", "gpus", "params", "derived",
+		"constraints", "on_limits_reduced", "workload", "score", "budget", "launch")
+	if m.n == nil || m.n.Kind != yaml.MappingNode {
+		return
+	}
+	if !m.str("name", &st.Name) {
+		if !m.has("name") {
+			m.failKey("name", "missing; valid: a study name such as glm-flash-h200x4")
+		}
+	} else if strings.TrimSpace(st.Name) == "" || strings.ContainsAny(st.Name, "\n\t") {
+		m.failKey("name", "empty or multi-line; valid: a one-line study name")
+	}
+	d.engine(st, m)
+	d.model(st, m)
+	d.memory(st, m)
+	d.gpus(st, m)
+	if st.Schema == nil {
+		return
+	}
+	d.fixed(st, m)
+	d.params(st, m)
+	d.derived(st, m)
+	d.constraints(st, m)
+	st.OnLimitsReduced = "reject"
+	if m.str("on_limits_reduced", &st.OnLimitsReduced) && st.OnLimitsReduced != "reject" && st.OnLimitsReduced != "accept" {
+		m.failKey("on_limits_reduced", "%q; valid: reject (default) or accept", st.OnLimitsReduced)
+	}
+	d.workload(st, m)
+	d.score(st, m)
+	d.budget(st, m)
+	d.launch(st, m)
+}
+
+func (d *dec) engine(st *Study, top *mapNode) {
+	if !top.has("engine") {
+		top.failKey("engine", "missing; valid: engine: {name: sglang, command: python3 -m sglang.launch_server}")
+		return
+	}
+	m := d.mapping(top.node("engine"), "engine", "name", "command", "version", "env", "flags_schema")
+	st.Engine.Name = "sglang"
+	if m.str("name", &st.Engine.Name) && st.Engine.Name != "sglang" {
+		m.failKey("name", "%q; valid: sglang", st.Engine.Name)
+	}
+	switch n := m.node("command"); {
+	case n == nil:
+		m.failKey("command", "missing; valid: a command such as python3 -m sglang.launch_server, sglang serve, or a list of words")
+	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str":
+		words, err := splitShell(n.Value)
+		if err != nil || len(words) == 0 {
+			m.failKey("command", "cannot split %q: %v; valid: a shell-style command line", n.Value, err)
+		}
+		st.Engine.Command = words
+	case n.Kind == yaml.SequenceNode && len(n.Content) > 0:
+		for i, c := range n.Content {
+			if s, ok := d.scalarString(c, fmt.Sprintf("engine.command[%d]", i)); ok {
+				st.Engine.Command = append(st.Engine.Command, s)
+			}
+		}
+	default:
+		m.failKey("command", "got %s; valid: a string or a non-empty list of words", kindName(n))
+	}
+	for _, w := range st.Engine.Command {
+		if w == "--host" || w == "--port" || strings.HasPrefix(w, "--host=") || strings.HasPrefix(w, "--port=") {
+			m.failKey("command", "contains %s; valid: a command without --host/--port (the launcher adds them)", w)
+		}
+	}
+	m.str("version", &st.Engine.Version)
+	if n := m.node("env"); n != nil {
+		if n.Kind != yaml.MappingNode {
+			m.failKey("env", "got %s; valid: a mapping of NAME: value", kindName(n))
+		} else {
+			st.Engine.Env = map[string]string{}
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := n.Content[i].Value
+				if !envNameRE.MatchString(k) {
+					d.fail(n.Content[i], "engine.env."+k, "not an environment variable name; valid: letters, digits and _")
+					continue
+				}
+				if v, ok := d.scalarString(n.Content[i+1], "engine.env."+k); ok {
+					st.Engine.Env[k] = v
+				}
+			}
+		}
+	}
+	// The flag schema: an explicit file, else the bundled one for the version.
+	var schemaPath string
+	if m.str("flags_schema", &schemaPath) {
+		if !filepath.IsAbs(schemaPath) {
+			schemaPath = filepath.Join(filepath.Dir(st.Path), schemaPath)
+		}
+		s, err := loadSchemaFile(schemaPath)
+		if err != nil {
+			m.failKey("flags_schema", "%v; valid: a flag schema file like testdata/flags/sglang-v0.5.21.yaml", err)
+			return
+		}
+		st.Schema = s
+		return
+	}
+	s, _, err := BundledSchema(schemaVersion(st.Engine.Version))
+	if err != nil {
+		m.failKey("version", "no flag schema: %v", err)
+		return
+	}
+	st.Schema = s
+}
+
+var versionRE = regexp.MustCompile(`v?(\d+\.\d+\.\d+)`)
+
+// schemaVersion picks vX.Y.Z out of a version string or image tag.
+func schemaVersion(v string) string {
+	if m := versionRE.FindStringSubmatch(v); m != nil {
+		return "v" + m[1]
+	}
+	return DefaultSchemaVersion
+}
+
+func (d *dec) model(st *Study, top *mapNode) {
+	n := top.node("model")
+	switch {
+	case n == nil:
+		top.failKey("model", "missing; valid: model: {path: org/name} or model: org/name")
+		return
+	case n.Kind == yaml.ScalarNode:
+		top.str("model", &st.Model)
+	default:
+		m := d.mapping(n, "model", "path", "served_name", "hybrid")
+		if !m.str("path", &st.Model) && !m.has("path") {
+			m.failKey("path", "missing; valid: a model path or Hugging Face id (--model-path)")
+		}
+		m.str("served_name", &st.ServedModelName)
+		m.bool("hybrid", &st.Hybrid)
+	}
+	if st.Model == "" && len(d.errs) == 0 {
+		top.failKey("model", "empty; valid: a model path or Hugging Face id")
+	}
+}
+
+func (d *dec) memory(st *Study, top *mapNode) {
+	n := top.node("memory")
+	if n == nil {
+		return
+	}
+	m := d.mapping(n, "memory", "reference", "kv_tokens_per_state_slot", "kv_tokens_per_mem_fraction_point",
+		"speculative_kv_tokens", "kv_tokens_per_speculative_state")
+	mem := &st.Memory
+	if !m.has("reference") {
+		m.failKey("reference", "missing; valid: reference: {kv_tokens: N, mem_fraction_static: F, state_slots: S} from one startup log")
+	} else {
+		r := d.mapping(m.node("reference"), "memory.reference", "kv_tokens", "mem_fraction_static", "state_slots")
+		r.int("kv_tokens", &mem.RefKVTokens)
+		r.float("mem_fraction_static", &mem.RefMemFraction)
+		r.int("state_slots", &mem.RefStateSlots)
+		if mem.RefKVTokens <= 0 {
+			r.failKey("kv_tokens", "must be a positive integer; valid: the #tokens of a KV Cache is allocated line")
+		}
+		if mem.RefMemFraction <= 0 || mem.RefMemFraction > 1 {
+			r.failKey("mem_fraction_static", "must be in (0, 1]; valid: the --mem-fraction-static of that startup")
+		}
+		if mem.RefStateSlots < 0 {
+			r.failKey("state_slots", "must be >= 0")
+		}
+	}
+	for _, f := range []struct {
+		key string
+		dst *float64
+	}{
+		{"kv_tokens_per_state_slot", &mem.PerStateSlot}, {"kv_tokens_per_mem_fraction_point", &mem.PerMemFractionPoint},
+		{"speculative_kv_tokens", &mem.SpecFixed}, {"kv_tokens_per_speculative_state", &mem.PerSpecState},
+	} {
+		if m.float(f.key, f.dst) && *f.dst < 0 {
+			m.failKey(f.key, "%v is negative; valid: >= 0", *f.dst)
+		}
+	}
+}
+
+func (d *dec) gpus(st *Study, top *mapNode) {
+	st.GPUsPerTrial = 1
+	m := d.mapping(top.node("gpus"), "gpus", "per_trial", "groups")
+	if m.int("per_trial", &st.GPUsPerTrial) && st.GPUsPerTrial < 1 {
+		m.failKey("per_trial", "%d; valid: an integer >= 1", st.GPUsPerTrial)
+		return
+	}
+	groups := m.list("groups")
+	if !m.has("groups") {
+		g := make([]int, st.GPUsPerTrial)
+		for i := range g {
+			g[i] = i
+		}
+		st.GPUGroups = [][]int{g}
+		return
+	}
+	if len(groups) == 0 {
+		m.failKey("groups", "empty; valid: a list of GPU id lists such as [[0,1,2,3],[4,5,6,7]]")
+	}
+	seen := map[int]bool{}
+	for i, g := range groups {
+		path := fmt.Sprintf("gpus.groups[%d]", i)
+		g = deref(g)
+		if g.Kind != yaml.SequenceNode {
+			d.fail(g, path, "got %s; valid: a list of GPU ids such as [0,1,2,3]", kindName(g))
+			continue
+		}
+		var ids []int
+		for j, c := range g.Content {
+			id, ok := d.intOf(deref(c), fmt.Sprintf("%s[%d]", path, j))
+			if !ok {
+				continue
+			}
+			if id < 0 {
+				d.fail(c, fmt.Sprintf("%s[%d]", path, j), "GPU id %d; valid: >= 0", id)
+			} else if seen[id] {
+				d.fail(c, fmt.Sprintf("%s[%d]", path, j), "GPU %d is in two groups; valid: disjoint groups", id)
+			}
+			seen[id] = true
+			ids = append(ids, id)
+		}
+		if len(g.Content) != st.GPUsPerTrial {
+			d.fail(g, path, "%d GPUs; valid: exactly gpus.per_trial = %d", len(g.Content), st.GPUsPerTrial)
+		}
+		st.GPUGroups = append(st.GPUGroups, ids)
+	}
+}
+
+// checkFlagTokens validates engine flag words a study emits.
+func (d *dec) checkFlagTokens(st *Study, n *yaml.Node, path string, words []string) []flagArg {
+	args, err := st.Schema.parseArgv(words)
+	if err != nil {
+		d.fail(n, path, "%v", err)
+		return nil
+	}
+	for _, a := range args {
+		switch {
+		case a.Spec.Owner == "launcher":
+			d.fail(n, path, "%s is set by the launcher; valid: leave it out", a.Name)
+		case a.Spec.Name == "--model-path":
+			d.fail(n, path, "%s comes from model.path; valid: leave it out", a.Name)
+		case a.Spec.Name == "--served-model-name":
+			d.fail(n, path, "%s comes from model.served_name; valid: leave it out", a.Name)
+		}
+	}
+	return args
+}
+
+func (d *dec) fixed(st *Study, top *mapNode) {
+	n := top.node("fixed")
+	st.Fixed = map[string]string{}
+	if n == nil {
+		return
+	}
+	var words []string
+	switch n.Kind {
+	case yaml.ScalarNode:
+		w, err := splitShell(n.Value)
+		if err != nil {
+			d.fail(n, "fixed", "%v; valid: shell-style flags", err)
+		}
+		words = w
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			s, ok := d.scalarString(c, fmt.Sprintf("fixed[%d]", i))
+			if !ok {
+				continue
+			}
+			w, err := splitShell(s)
+			if err != nil {
+				d.fail(c, fmt.Sprintf("fixed[%d]", i), "%v; valid: shell-style flags", err)
+			}
+			words = append(words, w...)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], deref(n.Content[i+1])
+			path := "fixed." + k.Value
+			spec, ok := st.Schema.Lookup(k.Value)
+			if !ok {
+				d.fail(k, path, "unknown flag %s (did you mean %s?); valid: a flag of %s", k.Value, st.Schema.Closest(k.Value), st.Schema.Source)
+				continue
+			}
+			if spec.Type == "bool" {
+				if scalarTag(v) != "!!bool" {
+					d.fail(v, path, "%s is a switch; valid: true or false", k.Value)
+				} else if v.Value == "true" || v.Value == "True" || v.Value == "TRUE" {
+					words = append(words, k.Value)
+				}
+				continue
+			}
+			if v.Kind == yaml.SequenceNode && spec.Nargs == "+" {
+				words = append(words, k.Value)
+				for j, c := range v.Content {
+					if s, ok := d.scalarString(c, fmt.Sprintf("%s[%d]", path, j)); ok {
+						words = append(words, s)
+					}
+				}
+				continue
+			}
+			s, ok := d.scalarString(v, path)
+			if !ok {
+				continue
+			}
+			if err := spec.ValidateValue(s); err != nil {
+				d.fail(v, path, "%v", err)
+				continue
+			}
+			words = append(words, k.Value, s)
+		}
+	default:
+		d.fail(n, "fixed", "got %s; valid: a mapping of flag: value, a list, or a string of flags", kindName(n))
+	}
+	args := d.checkFlagTokens(st, n, "fixed", words)
+	for _, a := range args {
+		if _, dup := st.Fixed[a.Spec.Name]; dup {
+			d.fail(n, "fixed", "%s given twice; valid: each flag once", a.Name)
+		}
+		st.Fixed[a.Spec.Name] = strings.Join(a.Values, " ")
+	}
+	st.fixedArgv = words
+}
+
+func (d *dec) params(st *Study, top *mapNode) {
+	names := map[string]bool{}
+	for i, pn := range top.list("params") {
+		path := fmt.Sprintf("params[%d]", i)
+		if name := peekName(pn); name != "" {
+			path = "params[" + name + "]"
+		}
+		nerr := len(d.errs)
+		m := d.mapping(pn, path, "name", "type", "low", "high", "step", "log", "choices", "flag", "flags", "template", "values", "when")
+		var p Param
+		if m.str("name", &p.Name) {
+			m.path = "params[" + p.Name + "]"
+		}
+		switch {
+		case !m.has("name"):
+			m.failKey("name", "missing; valid: a lower-case identifier such as ep or mem_fraction")
+		case !identRE.MatchString(p.Name) || contains(reservedNames, p.Name):
+			m.failKey("name", "%q; valid: a lower-case identifier (letters, digits, _) that is not one of %s", p.Name, strings.Join(reservedNames, ", "))
+		case names[p.Name]:
+			m.failKey("name", "%q used twice; valid: unique names", p.Name)
+		}
+		if !m.str("type", &p.Type) {
+			m.failKey("type", "missing; valid: int, float, categorical or bool")
+			continue
+		}
+		switch p.Type {
+		case "int":
+			d.intParam(&p, m)
+		case "float":
+			d.floatParam(&p, m)
+		case "categorical":
+			for _, k := range []string{"low", "high", "step", "log"} {
+				if m.has(k) {
+					m.failKey(k, "not used by a categorical param; valid: choices")
+				}
+			}
+			cn := m.list("choices")
+			if len(cn) == 0 {
+				m.failKey("choices", "missing or empty; valid: a list of values such as [1, 4]")
+			}
+			for j, c := range cn {
+				s, ok := d.scalarString(c, fmt.Sprintf("%s.choices[%d]", m.path, j))
+				if ok && slices.Contains(p.Choices, s) {
+					d.fail(c, fmt.Sprintf("%s.choices[%d]", m.path, j), "%q listed twice; valid: distinct choices", s)
+				}
+				p.Choices = append(p.Choices, s)
+			}
+		case "bool":
+			for _, k := range []string{"low", "high", "step", "log", "choices"} {
+				if m.has(k) {
+					m.failKey(k, "not used by a bool param; valid: values or flag")
+				}
+			}
+			p.Choices = []string{"true", "false"}
+		default:
+			m.failKey("type", "%q; valid: int, float, categorical or bool", p.Type)
+			continue
+		}
+		d.paramMapping(st, &p, m, len(d.errs) == nerr)
+		if m.str("when", &p.When) {
+			e, err := d.compile(st, m.at("when"), m.path+".when", p.When, names, false)
+			p.when = e
+			if err == nil && e != nil && d.usesSelf(e, p.Name) {
+				m.failKey("when", "refers to %s itself; valid: earlier params only", p.Name)
+			}
+		}
+		names[p.Name] = true
+		st.Params = append(st.Params, p)
+	}
+}
+
+// peekName reads a param's name before its mapping is checked, for paths.
+func peekName(n *yaml.Node) string {
+	n = deref(n)
+	if n == nil || n.Kind != yaml.MappingNode {
+		return ""
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == "name" && n.Content[i+1].Kind == yaml.ScalarNode {
+			return n.Content[i+1].Value
+		}
+	}
+	return ""
+}
+
+func (d *dec) usesSelf(e *Expr, name string) bool { return slices.Contains(e.Names(), name) }
+
+func (d *dec) intParam(p *Param, m *mapNode) {
+	var low, high int
+	step := 1
+	okL, okH := m.int("low", &low), m.int("high", &high)
+	if !m.has("low") {
+		m.failKey("low", "missing; valid: an integer")
+	}
+	if !m.has("high") {
+		m.failKey("high", "missing; valid: an integer")
+	}
+	if m.int("step", &step) && step < 1 {
+		m.failKey("step", "%d; valid: an integer >= 1", step)
+		step = 1
+	}
+	m.bool("log", &p.Log)
+	if m.has("choices") {
+		m.failKey("choices", "not used by an int param; valid: low/high/step, or type: categorical")
+	}
+	if okL && okH {
+		switch {
+		case low > high:
+			m.failKey("high", "%d is below low %d; valid: high >= low", high, low)
+		case (high-low)%step != 0:
+			m.failKey("high", "%d is not low + k*step (low %d, step %d); valid: e.g. %d", high, low, step, high-(high-low)%step)
+		case p.Log && low < 1:
+			m.failKey("low", "%d with log: true; valid: low >= 1", low)
+		case p.Log && step != 1:
+			m.failKey("step", "%d with log: true; valid: step 1 or log: false", step)
+		}
+	}
+	p.Low, p.High, p.Step = float64(low), float64(high), float64(step)
+}
+
+func (d *dec) floatParam(p *Param, m *mapNode) {
+	okL, okH := m.float("low", &p.Low), m.float("high", &p.High)
+	if !m.has("low") {
+		m.failKey("low", "missing; valid: a number")
+	}
+	if !m.has("high") {
+		m.failKey("high", "missing; valid: a number")
+	}
+	if m.float("step", &p.Step) && p.Step <= 0 {
+		m.failKey("step", "%v; valid: a number > 0", p.Step)
+		p.Step = 0
+	}
+	m.bool("log", &p.Log)
+	if m.has("choices") {
+		m.failKey("choices", "not used by a float param; valid: low/high/step, or type: categorical")
+	}
+	if okL && okH {
+		switch {
+		case p.Low > p.High:
+			m.failKey("high", "%v is below low %v; valid: high >= low", p.High, p.Low)
+		case p.Log && p.Low <= 0:
+			m.failKey("low", "%v with log: true; valid: low > 0", p.Low)
+		case p.Log && p.Step > 0:
+			m.failKey("step", "step with log: true; valid: one of them")
+		case p.Step > 0 && !nearInt((p.High-p.Low)/p.Step):
+			m.failKey("high", "%v is not low + k*step (low %v, step %v); valid: a multiple of step above low", p.High, p.Low, p.Step)
+		}
+	}
+}
+
+func nearInt(x float64) bool {
+	r := float64(int64(x + 0.5))
+	return x-r < 1e-6 && r-x < 1e-6
+}
+
+// paramMapping reads flag/flags/template/values and validates every flag text
+// the param can emit.
+func (d *dec) paramMapping(st *Study, p *Param, m *mapNode, validate bool) {
+	n := 0
+	if m.str("flag", &p.Flag) {
+		n++
+	}
+	for j, fnode := range m.list("flags") {
+		if s, ok := d.scalarString(fnode, fmt.Sprintf("%s.flags[%d]", m.path, j)); ok {
+			p.Flags = append(p.Flags, s)
+		}
+	}
+	if m.has("flags") {
+		n++
+	}
+	if m.str("template", &p.Template) {
+		n++
+		if !strings.Contains(p.Template, "{value}") {
+			m.failKey("template", "%q has no {value}; valid: flag text with {value}, e.g. \"--cuda-graph-max-bs {value}\"", p.Template)
+		}
+	}
+	if n > 1 {
+		m.failKey("flag", "flag, flags and template are exclusive; valid: one of them")
+	}
+	if vn := m.node("values"); vn != nil {
+		if vn.Kind != yaml.MappingNode {
+			m.failKey("values", "got %s; valid: a mapping of value: flag text", kindName(vn))
+		} else {
+			p.Values = map[string]string{}
+			for i := 0; i+1 < len(vn.Content); i += 2 {
+				k, _ := d.scalarString(vn.Content[i], m.path+".values")
+				path := m.path + ".values." + k
+				if !slices.Contains(p.Choices, k) && p.Type != "int" && p.Type != "float" {
+					d.fail(vn.Content[i], path, "%q is not a value of this param; valid: %s", k, strings.Join(p.Choices, ", "))
+					continue
+				}
+				vv := deref(vn.Content[i+1])
+				text := ""
+				if vv.ShortTag() != "!!null" {
+					text, _ = d.scalarString(vv, path)
+				}
+				p.Values[k] = text
+			}
+		}
+	}
+	if !validate {
+		return // the domain is broken; its emitted values would only repeat that
+	}
+	// Every emitted text must parse against the flag schema.
+	if p.Type == "bool" && p.Flag != "" && p.Values == nil {
+		if spec, ok := st.Schema.Lookup(p.Flag); ok && spec.Type != "bool" {
+			m.failKey("flag", "%s takes a value, so a bool param cannot switch it; valid: a switch flag, or values: {true: ..., false: ...}", p.Flag)
+			return
+		}
+	}
+	for _, v := range d.sampleValues(p) {
+		words, err := p.emit(v)
+		if err != nil {
+			m.failKey(p.mappingKey(v), "%v", err)
+			continue
+		}
+		if args := d.checkFlagTokens(st, m.at(p.mappingKey(v)), m.path+"."+p.mappingKey(v), words); args != nil {
+			for _, a := range args {
+				if _, dup := st.Fixed[a.Spec.Name]; dup {
+					m.failKey(p.mappingKey(v), "%s is also a fixed flag; valid: search it or fix it, not both", a.Name)
+				}
+			}
+		}
+		if len(d.errs) >= maxErrors {
+			return
+		}
+	}
+}
+
+// mappingKey names the field an emitted value came from, for messages.
+func (p *Param) mappingKey(v string) string {
+	if _, ok := p.Values[v]; ok {
+		return "values"
+	}
+	switch {
+	case p.Template != "":
+		return "template"
+	case len(p.Flags) > 0:
+		return "flags"
+	}
+	return "flag"
+}
+
+// sampleValues lists the values whose emitted text is validated at load.
+func (d *dec) sampleValues(p *Param) []string {
+	switch p.Type {
+	case "int":
+		return []string{strconv.Itoa(int(p.Low)), strconv.Itoa(int(p.High))}
+	case "float":
+		return []string{formatFloat(p.Low, p.Step), formatFloat(p.High, p.Step)}
+	}
+	return p.Choices
+}
+
+// emit gives the engine words for one value of the param.
+func (p *Param) emit(v string) ([]string, error) {
+	if text, ok := p.Values[v]; ok {
+		return splitShell(strings.ReplaceAll(text, "{value}", v))
+	}
+	switch {
+	case p.Template != "":
+		return splitShell(strings.ReplaceAll(p.Template, "{value}", v))
+	case len(p.Flags) > 0:
+		var out []string
+		for _, f := range p.Flags {
+			out = append(out, f, v)
+		}
+		return out, nil
+	case p.Flag != "":
+		if p.Type == "bool" {
+			if v == "true" {
+				return []string{p.Flag}, nil
+			}
+			return nil, nil
+		}
+		return []string{p.Flag, v}, nil
+	case p.Values != nil && p.Type == "categorical":
+		return nil, fmt.Errorf("values has no entry for %q; valid: an entry per choice, or a flag", v)
+	}
+	return nil, nil
+}
+
+// compile parses an expression and checks its names: earlier params, and
+// predicted.* when allowPredicted.
+func (d *dec) compile(st *Study, n *yaml.Node, path, src string, params map[string]bool, allowPredicted bool) (*Expr, error) {
+	e, err := ParseExpr(src)
+	if err != nil {
+		d.fail(n, path, "%v in %q; valid: an expression such as \"speculative == 'EAGLE' and ep >= 2\" (see docs/study-file.md)", err, src)
+		return nil, err
+	}
+	for _, name := range e.Names() {
+		switch {
+		case params[name], name == "gpus_per_trial":
+		case strings.HasPrefix(name, "predicted.") && allowPredicted:
+			if !slices.Contains(predictedNames, name) {
+				d.fail(n, path, "unknown name %s (did you mean %s?); valid: %s", name, closest(name, predictedNames), strings.Join(predictedNames, ", "))
+				return nil, errors.New("bad name")
+			}
+		default:
+			valid := make([]string, 0, len(params)+1)
+			for k := range params {
+				valid = append(valid, k)
+			}
+			slices.Sort(valid)
+			valid = append(valid, "gpus_per_trial")
+			if allowPredicted {
+				valid = append(valid, predictedNames...)
+			} else {
+				valid = append(valid[:len(valid)-1], "gpus_per_trial (earlier params only)")
+			}
+			d.fail(n, path, "unknown name %s in %q (did you mean %s?); valid: %s", name, src, closest(name, valid), strings.Join(valid, ", "))
+			return nil, errors.New("bad name")
+		}
+	}
+	return e, nil
+}
+
+var predictedNames = []string{"predicted.requested_max_running_requests", "predicted.max_running_requests",
+	"predicted.state_slots", "predicted.state_ratio", "predicted.kv_tokens", "predicted.kv_tokens_needed"}
+
+func (st *Study) paramNames() map[string]bool {
+	out := map[string]bool{}
+	for _, p := range st.Params {
+		out[p.Name] = true
+	}
+	return out
+}
+
+func (d *dec) derived(st *Study, top *mapNode) {
+	names := st.paramNames()
+	for i, dn := range top.list("derived") {
+		m := d.mapping(dn, fmt.Sprintf("derived[%d]", i), "flag", "value", "when")
+		var dv Derived
+		if !m.str("flag", &dv.Flag) {
+			m.failKey("flag", "missing; valid: an engine flag such as --speculative-num-draft-tokens")
+			continue
+		}
+		m.path = "derived[" + dv.Flag + "]"
+		spec, ok := st.Schema.Lookup(dv.Flag)
+		if !ok {
+			m.failKey("flag", "unknown flag %s (did you mean %s?); valid: a flag of %s", dv.Flag, st.Schema.Closest(dv.Flag), st.Schema.Source)
+			continue
+		}
+		if spec.Owner != "" {
+			m.failKey("flag", "%s is set by sgtune; valid: another flag", dv.Flag)
+		}
+		if _, dup := st.Fixed[spec.Name]; dup {
+			m.failKey("flag", "%s is also a fixed flag; valid: derive it or fix it, not both", dv.Flag)
+		}
+		if !m.str("value", &dv.Value) {
+			m.failKey("value", "missing; valid: an expression such as spec_steps + 1")
+			continue
+		}
+		dv.value, _ = d.compile(st, m.at("value"), m.path+".value", dv.Value, names, false)
+		if m.str("when", &dv.When) {
+			dv.when, _ = d.compile(st, m.at("when"), m.path+".when", dv.When, names, false)
+		}
+		st.Derived = append(st.Derived, dv)
+	}
+}
+
+func (d *dec) constraints(st *Study, top *mapNode) {
+	names := st.paramNames()
+	for i, cn := range top.list("constraints") {
+		path := fmt.Sprintf("constraints[%d]", i)
+		s, ok := d.scalarString(cn, path)
+		if !ok {
+			continue
+		}
+		if e, err := d.compile(st, deref(cn), path, s, names, true); err == nil {
+			st.Constraints = append(st.Constraints, s)
+			st.constraints = append(st.constraints, e)
+		}
+	}
+}
+
+func positive(m *mapNode, key string, v int) {
+	if m.has(key) && v < 1 {
+		m.failKey(key, "%d; valid: an integer >= 1", v)
+	}
+}
+
+func (d *dec) workload(st *Study, top *mapNode) {
+	w := &st.Workload
+	m := d.mapping(top.node("workload"), "workload", "kind", "chat", "matrix", "quality", "hang_timeout_s")
+	w.Kind = "chat"
+	if m.str("kind", &w.Kind) && w.Kind != "chat" && w.Kind != "matrix" {
+		m.failKey("kind", "%q; valid: chat or matrix", w.Kind)
+	}
+	if m.float("hang_timeout_s", &w.HangTimeout) && w.HangTimeout < 0 {
+		m.failKey("hang_timeout_s", "%v; valid: seconds >= 0 (0 = default)", w.HangTimeout)
+	}
+	c := d.mapping(m.node("chat"), "workload.chat", "concurrency", "requests", "max_tokens", "repeats", "warmup",
+		"prompt_tokens", "prompts_file", "reuse_prompts", "ignore_eos")
+	ch := &w.Chat
+	ch.MaxTokens, ch.Repeats = DefaultMaxTokens, DefaultRepeats
+	hasC, hasR := c.intList("concurrency", &ch.Concurrency), c.intList("requests", &ch.Requests)
+	switch {
+	case !c.has("concurrency") && !c.has("requests"):
+		ch.Concurrency = slices.Clone(DefaultConcurrency)
+		ch.Requests = slices.Clone(DefaultRequests)
+	case !c.has("requests"):
+		c.failKey("concurrency", "requests is missing; valid: one request count per concurrency level")
+	case !c.has("concurrency"):
+		c.failKey("requests", "concurrency is missing; valid: a list of concurrency levels")
+	case hasC && hasR && len(ch.Concurrency) != len(ch.Requests):
+		c.failKey("requests", "%d counts for %d concurrency levels; valid: one count per level", len(ch.Requests), len(ch.Concurrency))
+	case hasC && hasR && len(ch.Concurrency) == 0:
+		c.failKey("concurrency", "empty; valid: at least one level")
+	}
+	for i := range ch.Concurrency {
+		if ch.Concurrency[i] < 1 {
+			d.fail(c.at("concurrency"), fmt.Sprintf("workload.chat.concurrency[%d]", i), "%d; valid: an integer >= 1", ch.Concurrency[i])
+		}
+		if i < len(ch.Requests) && ch.Requests[i] < 1 {
+			d.fail(c.at("requests"), fmt.Sprintf("workload.chat.requests[%d]", i), "%d; valid: an integer >= 1", ch.Requests[i])
+		}
+	}
+	c.int("max_tokens", &ch.MaxTokens)
+	positive(c, "max_tokens", ch.MaxTokens)
+	c.int("repeats", &ch.Repeats)
+	positive(c, "repeats", ch.Repeats)
+	warm := true
+	c.bool("warmup", &warm)
+	ch.Warmup = &warm
+	if c.int("prompt_tokens", &ch.PromptTokens) && ch.PromptTokens < 0 {
+		c.failKey("prompt_tokens", "%d; valid: an integer >= 0 (0 = the load generator's default)", ch.PromptTokens)
+	}
+	if c.str("prompts_file", &ch.PromptsFile) && !filepath.IsAbs(ch.PromptsFile) {
+		ch.PromptsFile = filepath.Join(filepath.Dir(st.Path), ch.PromptsFile)
+	}
+	c.bool("reuse_prompts", &ch.ReusePrompts)
+	c.bool("ignore_eos", &ch.IgnoreEOS)
+
+	mx := d.mapping(m.node("matrix"), "workload.matrix", "contexts", "concurrency", "duration_s", "max_output")
+	mt := &w.Matrix
+	mx.intList("contexts", &mt.Contexts)
+	mx.intList("concurrency", &mt.Concurrency)
+	mt.DurationS, mt.MaxOutput = 30, 4096
+	if mx.float("duration_s", &mt.DurationS) && mt.DurationS <= 0 {
+		mx.failKey("duration_s", "%v; valid: seconds > 0", mt.DurationS)
+	}
+	mx.int("max_output", &mt.MaxOutput)
+	positive(mx, "max_output", mt.MaxOutput)
+	if w.Kind == "matrix" {
+		if len(mt.Contexts) == 0 {
+			mx.failKey("contexts", "missing or empty; valid: context lengths such as [8192, 32768]")
+		}
+		if len(mt.Concurrency) == 0 {
+			mx.failKey("concurrency", "missing or empty; valid: concurrency levels such as [1, 16, 64]")
+		}
+		for i, v := range mt.Contexts {
+			if v < 1 {
+				d.fail(mx.at("contexts"), fmt.Sprintf("workload.matrix.contexts[%d]", i), "%d; valid: an integer >= 1", v)
+			}
+		}
+		for i, v := range mt.Concurrency {
+			if v < 1 {
+				d.fail(mx.at("concurrency"), fmt.Sprintf("workload.matrix.concurrency[%d]", i), "%d; valid: an integer >= 1", v)
+			}
+		}
+	}
+
+	q := d.mapping(m.node("quality"), "workload.quality", "enabled", "json_requests", "tool_requests", "min_pass")
+	w.Quality = objective.QualitySpec{Enabled: true, JSONRequests: DefaultJSONRequests, ToolRequests: DefaultToolRequests, MinPass: 1}
+	q.bool("enabled", &w.Quality.Enabled)
+	if q.int("json_requests", &w.Quality.JSONRequests) && w.Quality.JSONRequests < 0 {
+		q.failKey("json_requests", "%d; valid: an integer >= 0", w.Quality.JSONRequests)
+	}
+	if q.int("tool_requests", &w.Quality.ToolRequests) && w.Quality.ToolRequests < 0 {
+		q.failKey("tool_requests", "%d; valid: an integer >= 0", w.Quality.ToolRequests)
+	}
+	if q.float("min_pass", &w.Quality.MinPass) && (w.Quality.MinPass < 0 || w.Quality.MinPass > 1) {
+		q.failKey("min_pass", "%v; valid: a fraction in [0, 1]", w.Quality.MinPass)
+	}
+}
+
+func (d *dec) score(st *Study, top *mapNode) {
+	s := &st.Score
+	m := d.mapping(top.node("score"), "score", "metric", "concurrency", "slo")
+	s.Metric = "output_tok_s"
+	valid := []string{"output_tok_s", "goodput", "capacity"}
+	if m.str("metric", &s.Metric) && !slices.Contains(valid, s.Metric) {
+		m.failKey("metric", "%q (did you mean %s?); valid: %s", s.Metric, closest(s.Metric, valid), strings.Join(valid, ", "))
+	}
+	levels := st.Workload.Chat.Concurrency
+	if st.Workload.Kind == "matrix" {
+		levels = st.Workload.Matrix.Concurrency
+	}
+	if m.int("concurrency", &s.Concurrency) {
+		if s.Metric != "capacity" && !slices.Contains(levels, s.Concurrency) {
+			m.failKey("concurrency", "%d is not a measured level; valid: one of %v", s.Concurrency, levels)
+		}
+	} else if len(levels) > 0 {
+		s.Concurrency = slices.Max(levels)
+		if slices.Contains(levels, 64) {
+			s.Concurrency = 64
+		}
+	}
+	for i, sn := range m.list("slo") {
+		path := fmt.Sprintf("score.slo[%d]", i)
+		sm := d.mapping(sn, path, "metric", "percentile", "max_s")
+		var slo objective.SLO
+		metrics, pcts := []string{"ttft", "latency", "itl"}, []string{"mean", "p50", "p90", "p99"}
+		if !sm.str("metric", &slo.Metric) || !slices.Contains(metrics, slo.Metric) {
+			sm.failKey("metric", "%q; valid: %s", slo.Metric, strings.Join(metrics, ", "))
+		}
+		slo.Percentile = "p99"
+		if sm.str("percentile", &slo.Percentile) && !slices.Contains(pcts, slo.Percentile) {
+			sm.failKey("percentile", "%q; valid: %s", slo.Percentile, strings.Join(pcts, ", "))
+		}
+		if !sm.float("max_s", &slo.Max) || slo.Max <= 0 {
+			sm.failKey("max_s", "missing or not positive; valid: seconds > 0, e.g. 5")
+		}
+		s.SLO = append(s.SLO, slo)
+	}
+}
+
+func (d *dec) budget(st *Study, top *mapNode) {
+	b := &st.Budget
+	m := d.mapping(top.node("budget"), "budget", "trials", "timeout", "sampler", "seed", "parallel")
+	b.Trials, b.Sampler, b.Parallel = DefaultTrials, DefaultSampler, len(st.GPUGroups)
+	m.int("trials", &b.Trials)
+	positive(m, "trials", b.Trials)
+	m.duration("timeout", &b.Timeout)
+	if m.str("sampler", &b.Sampler) && !slices.Contains(Samplers, b.Sampler) {
+		m.failKey("sampler", "%q; valid: %s", b.Sampler, strings.Join(Samplers, ", "))
+	}
+	var seed int
+	if m.int("seed", &seed) {
+		b.Seed = int64(seed)
+	}
+	if m.int("parallel", &b.Parallel) && (b.Parallel < 1 || b.Parallel > len(st.GPUGroups)) {
+		m.failKey("parallel", "%d; valid: 1..%d (one trial per GPU group)", b.Parallel, len(st.GPUGroups))
+	}
+	if b.Parallel < 1 {
+		b.Parallel = 1
+	}
+}
+
+func (d *dec) launch(st *Study, top *mapNode) {
+	l := &st.Launch
+	m := d.mapping(top.node("launch"), "launch", "startup_timeout", "api_key_env", "api_key_file", "on_stale")
+	l.StartupTimeout, l.OnStale = DefaultStartupTimeout, "retry"
+	if m.duration("startup_timeout", &l.StartupTimeout) && l.StartupTimeout <= 0 {
+		m.failKey("startup_timeout", "must be positive; valid: a Go duration such as 20m")
+	}
+	m.str("api_key_env", &l.APIKeyEnv)
+	if m.str("api_key_file", &l.APIKeyFile) && !filepath.IsAbs(l.APIKeyFile) {
+		l.APIKeyFile = filepath.Join(filepath.Dir(st.Path), l.APIKeyFile)
+	}
+	if m.str("on_stale", &l.OnStale) && l.OnStale != "retry" && l.OnStale != "fail" {
+		m.failKey("on_stale", "%q; valid: retry (default) or fail", l.OnStale)
+	}
+}

@@ -1,0 +1,280 @@
+package space
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadBadFiles(t *testing.T) {
+	tests := []struct {
+		file string
+		want []string // substrings of the error
+	}{
+		{"bad-yaml.yaml", []string{"bad-yaml.yaml:", "bad YAML"}},
+		{"unknown-field.yaml", []string{"unknown-field.yaml:9:5: params[ep].choises: unknown field (did you mean choices?)"}},
+		{"wrong-type.yaml", []string{"wrong-type.yaml:7:14: gpus.per_trial: got \"four\"; valid: an integer"}},
+		{"out-of-range.yaml", []string{"out-of-range.yaml:11:11: params[mem_fraction].flag: --mem-fraction-static 1.5 is above 1; valid: <= 1"}},
+		{"unknown-flag.yaml", []string{"unknown-flag.yaml:8:3: fixed.--mem-fraction-statc: unknown flag --mem-fraction-statc (did you mean --mem-fraction-static?)"}},
+		{"bad-workload.yaml", []string{
+			"bad-workload.yaml:10:15: workload.chat.requests: 2 counts for 3 concurrency levels; valid: one count per level",
+			"bad-workload.yaml:13:34: score.slo[0].percentile: \"p95\"; valid: mean, p50, p90, p99",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			_, err := Load(filepath.Join("..", "testdata", "studies", "bad", tt.file))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error does not wrap ErrInvalid: %v", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error\n%v\ndoes not contain\n%s", err, w)
+				}
+			}
+		})
+	}
+}
+
+// base is a minimal valid study; cases append or replace lines.
+const base = `name: t
+engine:
+  name: sglang
+  command: python3 -m sglang.launch_server
+model: {path: org/model}
+`
+
+func TestLoadErrorTable(t *testing.T) {
+	tests := []struct {
+		name, doc, want string
+	}{
+		{"empty", ``, "t.yaml:1:1: empty study file"},
+		{"not a mapping", `- a`, "t.yaml:1:1: got a list; valid: a mapping"},
+		{"missing engine", "name: x\nmodel: m\n", "t.yaml:1:1: engine: missing"},
+		{"engine name", strings.Replace(base, "name: sglang", "name: vllm", 1), `t.yaml:3:9: engine.name: "vllm"; valid: sglang`},
+		{"command host", strings.Replace(base, "launch_server", "launch_server --port 1", 1), "engine.command: contains --port"},
+		{"unknown top", base + "parms: []\n", "t.yaml:6:1: parms: unknown field (did you mean params?)"},
+		{"duplicate key", base + "name: again\n", "t.yaml:6:1: name: given twice"},
+		{"int param type", base + "params:\n  - {name: ep, type: int, low: a, high: 4, flag: --ep-size}\n", `t.yaml:7:32: params[ep].low: got "a"; valid: an integer`},
+		{"int step", base + "params:\n  - {name: ep, type: int, low: 1, high: 4, step: 2, flag: --ep-size}\n", "params[ep].high: 4 is not low + k*step"},
+		{"low > high", base + "params:\n  - {name: ep, type: int, low: 5, high: 4, flag: --ep-size}\n", "params[ep].high: 4 is below low 5"},
+		{"bad param type", base + "params:\n  - {name: ep, type: integer}\n", `params[ep].type: "integer"; valid: int, float, categorical or bool`},
+		{"bad name", base + "params:\n  - {name: Ep, type: bool}\n", `params[Ep].name: "Ep"; valid: a lower-case identifier`},
+		{"reserved name", base + "params:\n  - {name: min, type: bool}\n", `params[min].name: "min"; valid`},
+		{"dup name", base + "params:\n  - {name: a, type: bool}\n  - {name: a, type: bool}\n", `params[a].name: "a" used twice`},
+		{"choices int flag", base + "params:\n  - {name: ep, type: categorical, choices: [1, x], flag: --ep-size}\n", `--ep-size "x" is not an integer`},
+		{"choice flag choices", base + "params:\n  - {name: kv, type: categorical, choices: [auto, fp9], flag: --kv-cache-dtype}\n", `--kv-cache-dtype "fp9" is not a valid choice`},
+		{"bool on value flag", base + "params:\n  - {name: ep, type: bool, flag: --ep-size}\n", "params[ep].flag: --ep-size takes a value"},
+		{"unknown param flag", base + "params:\n  - {name: r, type: bool, flag: --disable-radix}\n", "unknown flag --disable-radix (did you mean --disable-radix-cache?)"},
+		{"values unknown key", base + "params:\n  - {name: r, type: bool, values: {maybe: --disable-radix-cache}}\n", `params[r].values.maybe: "maybe" is not a value of this param`},
+		{"values missing choice", base + "params:\n  - {name: s, type: categorical, choices: [a, b], values: {a: --enable-metrics}}\n", `values has no entry for "b"`},
+		{"when unknown name", base + "params:\n  - {name: s, type: bool, when: spec == 1}\n", "params[s].when: unknown name spec"},
+		{"when later param", base + "params:\n  - {name: s, type: bool, when: t}\n  - {name: t, type: bool}\n", "params[s].when: unknown name t"},
+		{"when syntax", base + "params:\n  - {name: s, type: bool, when: 'a =='}\n", "params[s].when: unexpected"},
+		{"constraint predicted", base + "constraints: ['predicted.kv > 1']\n", "unknown name predicted.kv (did you mean predicted.kv_tokens?)"},
+		{"fixed launcher flag", base + "fixed: {--port: 8000}\n", "--port is set by the launcher"},
+		{"fixed model path", base + "fixed: '--model-path x'\n", "--model-path comes from model.path"},
+		{"fixed switch value", base + "fixed: {--enable-metrics: 1}\n", "fixed.--enable-metrics: --enable-metrics is a switch; valid: true or false"},
+		{"fixed and param", base + "fixed: {--ep-size: 4}\nparams:\n  - {name: ep, type: categorical, choices: [1], flag: --ep-size}\n", "--ep-size is also a fixed flag"},
+		{"gpus group size", base + "gpus: {per_trial: 2, groups: [[0, 1], [2]]}\n", "gpus.groups[1]: 1 GPUs; valid: exactly gpus.per_trial = 2"},
+		{"gpus overlap", base + "gpus: {per_trial: 1, groups: [[0], [0]]}\n", "GPU 0 is in two groups"},
+		{"kind", base + "workload: {kind: soak}\n", `workload.kind: "soak"; valid: chat or matrix`},
+		{"concurrency zero", base + "workload: {chat: {concurrency: [0], requests: [1]}}\n", "workload.chat.concurrency[0]: 0; valid: an integer >= 1"},
+		{"score level", base + "score: {concurrency: 48}\n", "score.concurrency: 48 is not a measured level"},
+		{"duration", base + "launch: {startup_timeout: 20}\n", "launch.startup_timeout: got an integer (20); valid: a Go duration"},
+		{"duration text", base + "launch: {startup_timeout: soon}\n", `launch.startup_timeout: "soon" is not a duration`},
+		{"sampler", base + "budget: {sampler: cmaes}\n", `budget.sampler: "cmaes"; valid: tpe, random`},
+		{"trials", base + "budget: {trials: 0}\n", "budget.trials: 0; valid: an integer >= 1"},
+		{"parallel", base + "budget: {parallel: 3}\n", "budget.parallel: 3; valid: 1..1"},
+		{"limits", base + "on_limits_reduced: warn\n", `on_limits_reduced: "warn"; valid: reject (default) or accept`},
+		{"memory ref", base + "memory: {kv_tokens_per_state_slot: 1}\n", "memory.reference: missing"},
+		{"derived flag", base + "params:\n  - {name: s, type: int, low: 1, high: 2}\nderived:\n  - {flag: --speculative-num-draft, value: s + 1}\n",
+			"derived[--speculative-num-draft].flag: unknown flag --speculative-num-draft (did you mean --speculative-num-draft-tokens?)"},
+		{"derived value", base + "params:\n  - {name: s, type: int, low: 1, high: 2}\nderived:\n  - {flag: --speculative-num-draft-tokens, value: s +}\n",
+			"derived[--speculative-num-draft-tokens].value: unexpected"},
+		{"big int", base + "gpus: {per_trial: 99999999999}\n", "gpus.per_trial: 99999999999 is out of range"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("t.yaml", []byte(tt.doc))
+			if err == nil {
+				t.Fatalf("no error; want %q", tt.want)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("not ErrInvalid: %v", err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error\n%v\nwant substring\n%s", err, tt.want)
+			}
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if !strings.HasPrefix(line, "t.yaml:") {
+					t.Errorf("line %q is not file:line:col: ...", line)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadDefaults(t *testing.T) {
+	st, err := Parse("dir/t.yaml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := st.Workload
+	if w.Kind != "chat" || !slices.Equal(w.Chat.Concurrency, []int{1, 16, 64, 128}) || !slices.Equal(w.Chat.Requests, []int{8, 32, 256, 512}) ||
+		w.Chat.MaxTokens != 256 || w.Chat.Repeats != 3 || w.Chat.Warmup == nil || !*w.Chat.Warmup {
+		t.Errorf("chat defaults: %+v", w.Chat)
+	}
+	if !w.Quality.Enabled || w.Quality.JSONRequests != 24 || w.Quality.ToolRequests != 8 || w.Quality.MinPass != 1 {
+		t.Errorf("quality defaults: %+v", w.Quality)
+	}
+	if st.Score.Metric != "output_tok_s" || st.Score.Concurrency != 64 {
+		t.Errorf("score defaults: %+v", st.Score)
+	}
+	if st.Budget.Trials != 20 || st.Budget.Sampler != "tpe" || st.Budget.Parallel != 1 {
+		t.Errorf("budget defaults: %+v", st.Budget)
+	}
+	if st.Launch.StartupTimeout != 20*time.Minute || st.Launch.OnStale != "retry" {
+		t.Errorf("launch defaults: %+v", st.Launch)
+	}
+	if st.OnLimitsReduced != "reject" || st.GPUsPerTrial != 1 || len(st.GPUGroups) != 1 {
+		t.Errorf("other defaults: %q %d %v", st.OnLimitsReduced, st.GPUsPerTrial, st.GPUGroups)
+	}
+	if got := st.Engine.Command; !slices.Equal(got, []string{"python3", "-m", "sglang.launch_server"}) {
+		t.Errorf("command %q", got)
+	}
+}
+
+func TestDemoStudy(t *testing.T) {
+	st, err := Load("../testdata/studies/demo.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"sglang-sim", "--sim-profile", "glm-5.3-flash-h200x4", "--sim-speedup", "25"}; !slices.Equal(st.Engine.Command, want) {
+		t.Errorf("command %q", st.Engine.Command)
+	}
+	c := st.Workload.Chat
+	if !slices.Equal(c.Concurrency, []int{1, 16, 64}) || !slices.Equal(c.Requests, []int{4, 32, 128}) || c.MaxTokens != 64 || c.Repeats != 1 {
+		t.Errorf("chat %+v", c)
+	}
+	q := st.Workload.Quality
+	if !q.Enabled || q.JSONRequests != 8 || q.ToolRequests != 4 {
+		t.Errorf("quality %+v", q)
+	}
+	if st.Score.Concurrency != 64 || len(st.Score.SLO) != 1 || st.Score.SLO[0].Max != 5 || st.Score.SLO[0].Percentile != "p99" {
+		t.Errorf("score %+v", st.Score)
+	}
+	if st.Budget.Trials != 10 || st.Budget.Seed != 1 || st.Launch.StartupTimeout != 2*time.Minute {
+		t.Errorf("budget %+v launch %+v", st.Budget, st.Launch)
+	}
+	for _, f := range []string{"--tp-size", "--max-running-requests", "--reasoning-parser", "--tool-call-parser", "--trust-remote-code"} {
+		if _, ok := st.Fixed[f]; !ok {
+			t.Errorf("fixed flag %s missing: %v", f, st.Fixed)
+		}
+	}
+	sv := st.Survey(DefaultSurveyLimits)
+	if !sv.Enumerated || sv.Feasible < 8 {
+		t.Errorf("demo space: %d configs, %d feasible; the demo needs at least 8", sv.Size, sv.Feasible)
+	}
+}
+
+func TestFixedForms(t *testing.T) {
+	for _, fixed := range []string{
+		"fixed: {--tp-size: 4, --trust-remote-code: true, --enable-metrics: false, --cuda-graph-bs: [1, 2]}\n",
+		"fixed: '--tp-size 4 --trust-remote-code --cuda-graph-bs 1 2'\n",
+		"fixed: ['--tp-size 4', --trust-remote-code, '--cuda-graph-bs 1 2']\n",
+	} {
+		st, err := Parse("t.yaml", []byte(base+fixed))
+		if err != nil {
+			t.Fatalf("%s: %v", fixed, err)
+		}
+		cfg, err := st.Resolve(Params{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"--model-path", "org/model", "--tp-size", "4", "--trust-remote-code", "--cuda-graph-bs", "1", "2"}
+		if !slices.Equal(cfg.Flags, want) {
+			t.Errorf("%s: flags %q, want %q", fixed, cfg.Flags, want)
+		}
+	}
+}
+
+var update = flag.Bool("update", false, "copy testdata/flags/*.yaml onto the embedded space/schema/ copies")
+
+func TestFlagSchemaCopiesIdentical(t *testing.T) {
+	if *update {
+		files, _ := filepath.Glob(filepath.Join("..", "testdata", "flags", "*.yaml"))
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join("schema", filepath.Base(f)), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Log("schemas copied; run the tests again to embed them")
+		return
+	}
+	entries, err := schemaFS.ReadDir("schema")
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("no bundled schemas: %v", err)
+	}
+	for _, e := range entries {
+		emb, _ := schemaFS.ReadFile("schema/" + e.Name())
+		td, err := os.ReadFile(filepath.Join("..", "testdata", "flags", e.Name()))
+		if err != nil || !bytes.Equal(emb, td) {
+			t.Errorf("space/schema/%s and testdata/flags/%s differ (%v); edit testdata/flags and run go test ./space -run Schema -update", e.Name(), e.Name(), err)
+		}
+		if _, err := ParseFlagSchema(emb, e.Name()); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestSchemaCoversReference(t *testing.T) {
+	s, ok, err := BundledSchema("v0.5.21")
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	// The reference's flag table and the seeds' launch commands.
+	for _, f := range []string{"--model-path", "--model", "--tp-size", "--tensor-parallel-size", "--ep-size", "--expert-parallel-size", "--ep",
+		"--dp-size", "--data-parallel-size", "--enable-dp-attention", "--mem-fraction-static", "--chunked-prefill-size", "--max-prefill-tokens",
+		"--max-running-requests", "--max-total-tokens", "--disable-radix-cache", "--max-mamba-cache-size", "--mamba-ssm-dtype",
+		"--mamba-full-memory-ratio", "--mamba-radix-cache-strategy", "--mamba-scheduler-strategy", "--mamba-track-interval", "--mamba-backend",
+		"--linear-attn-backend", "--disable-cuda-graph", "--cuda-graph-max-bs", "--cuda-graph-bs", "--disable-overlap-schedule",
+		"--speculative-algorithm", "--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens",
+		"--speculative-draft-model-path", "--speculative-draft-model", "--kv-cache-dtype", "--attention-backend", "--prefill-attention-backend",
+		"--decode-attention-backend", "--moe-runner-backend", "--moe-a2a-backend", "--reasoning-parser", "--tool-call-parser", "--host", "--port",
+		"--api-key", "--enable-metrics", "--trust-remote-code", "--context-length", "--served-model-name", "--random-seed", "--log-level",
+		"--dsa-prefill-backend", "--dsa-decode-backend", "--fp8-gemm-backend", "--speculative-draft-attention-backend"} {
+		if _, ok := s.Lookup(f); !ok {
+			t.Errorf("schema lacks %s", f)
+		}
+	}
+	if _, ok, _ := BundledSchema("v0.4.0"); ok {
+		t.Error("v0.4.0 has no bundled schema but BundledSchema says it has")
+	}
+	spec, _ := s.Lookup("--max-prefill-tokens")
+	for v, ok := range map[string]bool{"16k": true, "1Ki": true, "16384": true, "x": false, "0": false} {
+		if err := spec.ValidateValue(v); (err == nil) != ok {
+			t.Errorf("--max-prefill-tokens %q: %v", v, err)
+		}
+	}
+	spec, _ = s.Lookup("--speculative-algorithm")
+	if err := spec.ValidateValue("eagle"); err != nil {
+		t.Errorf("speculative algorithm is case-insensitive: %v", err)
+	}
+	if got := s.Closest("--tp"); got != "--tp-size" {
+		t.Errorf("closest --tp = %s", got)
+	}
+}

@@ -1,0 +1,368 @@
+package space
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Suggest samples every active parameter through sg, in file order, skipping
+// a parameter whose when: is false. Values are int, float64, string
+// (categorical) or bool.
+func (s *Study) Suggest(sg Suggester) (Params, error) {
+	p := Params{}
+	for i := range s.Params {
+		par := &s.Params[i]
+		on, err := s.active(par, p)
+		if err != nil {
+			return nil, err
+		}
+		if !on {
+			continue
+		}
+		v, err := par.suggest(sg)
+		if err != nil {
+			return nil, fmt.Errorf("suggest %s: %w", par.Name, err)
+		}
+		p[par.Name] = v
+	}
+	return p, nil
+}
+
+func (s *Study) active(par *Param, p Params) (bool, error) {
+	if par.when == nil {
+		return true, nil
+	}
+	on, err := par.when.EvalBool(s.env(p, nil))
+	if errors.Is(err, errUnset) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("params[%s].when %q: %w", par.Name, par.When, err)
+	}
+	return on, nil
+}
+
+func (par *Param) suggest(sg Suggester) (any, error) {
+	switch par.Type {
+	case "int":
+		if par.Log {
+			x, err := sg.SuggestLogFloat(par.Name, par.Low, par.High)
+			return int(math.Round(x)), err
+		}
+		return sg.SuggestStepInt(par.Name, int(par.Low), int(par.High), int(par.Step))
+	case "float":
+		switch {
+		case par.Log:
+			return sg.SuggestLogFloat(par.Name, par.Low, par.High)
+		case par.Step > 0:
+			x, err := sg.SuggestDiscreteFloat(par.Name, par.Low, par.High, par.Step)
+			return roundToStep(x, par.Low, par.Step), err
+		}
+		return sg.SuggestFloat(par.Name, par.Low, par.High)
+	case "bool":
+		v, err := sg.SuggestCategorical(par.Name, []string{"true", "false"})
+		return v == "true", err
+	}
+	return sg.SuggestCategorical(par.Name, par.Choices)
+}
+
+// roundToStep snaps x to low + k*step and trims float noise.
+func roundToStep(x, low, step float64) float64 {
+	k := math.Round((x - low) / step)
+	v, _ := strconv.ParseFloat(formatFloat(low+k*step, step), 64)
+	return v
+}
+
+// formatFloat prints x with as many decimals as step has (shortest form
+// without a step).
+func formatFloat(x, step float64) string {
+	if step <= 0 {
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	}
+	dec := 0
+	for s := step; dec < 10 && math.Abs(s-math.Round(s)) > 1e-9; s *= 10 {
+		dec++
+	}
+	out := strconv.FormatFloat(x, 'f', dec, 64)
+	if strings.Contains(out, ".") {
+		out = strings.TrimRight(strings.TrimRight(out, "0"), ".")
+	}
+	return out
+}
+
+// normalize converts a sampled or user-given value to the param's Go type
+// (int, float64, string, bool) and checks it against the domain.
+func (par *Param) normalize(v any) (any, error) {
+	bad := func(valid string) error {
+		return fmt.Errorf("param %s: %v (%T) is not valid; valid: %s", par.Name, v, v, valid)
+	}
+	switch par.Type {
+	case "int":
+		var n int
+		switch x := v.(type) {
+		case int:
+			n = x
+		case int64:
+			n = int(x)
+		case float64:
+			if x != math.Trunc(x) {
+				return nil, bad("an integer")
+			}
+			n = int(x)
+		case string:
+			i, err := strconv.Atoi(x)
+			if err != nil {
+				return nil, bad("an integer")
+			}
+			n = i
+		default:
+			return nil, bad("an integer")
+		}
+		if float64(n) < par.Low || float64(n) > par.High || (!par.Log && (n-int(par.Low))%int(par.Step) != 0) {
+			return nil, bad(fmt.Sprintf("%v..%v step %v", par.Low, par.High, par.Step))
+		}
+		return n, nil
+	case "float":
+		var x float64
+		switch y := v.(type) {
+		case float64:
+			x = y
+		case int:
+			x = float64(y)
+		case int64:
+			x = float64(y)
+		case string:
+			f, err := strconv.ParseFloat(y, 64)
+			if err != nil {
+				return nil, bad("a number")
+			}
+			x = f
+		default:
+			return nil, bad("a number")
+		}
+		if par.Step > 0 {
+			r := roundToStep(x, par.Low, par.Step)
+			if math.Abs(r-x) > par.Step*1e-6 {
+				return nil, bad(fmt.Sprintf("a multiple of %v from %v", par.Step, par.Low))
+			}
+			x = r
+		}
+		if x < par.Low-1e-12 || x > par.High+1e-12 {
+			return nil, bad(fmt.Sprintf("%v..%v", par.Low, par.High))
+		}
+		return x, nil
+	case "bool":
+		switch x := v.(type) {
+		case bool:
+			return x, nil
+		case string:
+			if x == "true" || x == "false" {
+				return x == "true", nil
+			}
+		}
+		return nil, bad("true or false")
+	}
+	var s string
+	switch x := v.(type) {
+	case string:
+		s = x
+	case int, int64, bool:
+		s = fmt.Sprint(x)
+	case float64:
+		s = strconv.FormatFloat(x, 'f', -1, 64)
+	default:
+		return nil, bad(strings.Join(par.Choices, ", "))
+	}
+	if !slices.Contains(par.Choices, s) {
+		return nil, bad(strings.Join(par.Choices, ", "))
+	}
+	return s, nil
+}
+
+// text renders a normalized value for a flag.
+func (par *Param) text(v any) string {
+	switch x := v.(type) {
+	case int:
+		return strconv.Itoa(x)
+	case float64:
+		return formatFloat(x, par.Step)
+	case bool:
+		return strconv.FormatBool(x)
+	}
+	return fmt.Sprint(v)
+}
+
+// env builds the names an expression sees: params (categorical choices that
+// look like numbers become numbers), gpus_per_trial and predictions.
+func (s *Study) env(p Params, pred *Prediction) map[string]any {
+	env := map[string]any{"gpus_per_trial": int64(s.GPUsPerTrial)}
+	for k, v := range p {
+		switch x := v.(type) {
+		case int:
+			env[k] = int64(x)
+		case int64, float64, bool:
+			env[k] = x
+		case string:
+			if n, err := strconv.ParseInt(x, 10, 64); err == nil {
+				env[k] = n
+			} else if f, err := strconv.ParseFloat(x, 64); err == nil {
+				env[k] = f
+			} else {
+				env[k] = x
+			}
+		}
+	}
+	if pred != nil {
+		// Zero means unknown: leave the name unset so constraints skip.
+		for name, v := range map[string]int{
+			"predicted.requested_max_running_requests": pred.RequestedMaxRunningRequests,
+			"predicted.max_running_requests":           pred.MaxRunningRequests,
+			"predicted.state_slots":                    pred.StateSlots,
+			"predicted.state_ratio":                    pred.StateRatio,
+			"predicted.kv_tokens":                      pred.KVTokens,
+			"predicted.kv_tokens_needed":               pred.KVTokensNeeded,
+		} {
+			if v != 0 {
+				env[name] = int64(v)
+			}
+		}
+	}
+	return env
+}
+
+// Resolve turns sampled params into a Config: engine flags (--model-path
+// first, then fixed flags, params and derived flags; never --host/--port),
+// the engine environment, and the engine rules' predictions. Params that
+// are inactive under their when: are dropped; an active one that is missing
+// or out of its domain is an error.
+func (s *Study) Resolve(p Params) (*Config, error) {
+	cfg := &Config{Params: Params{}, Env: maps.Clone(s.Engine.Env)}
+	words := []string{"--model-path", s.Model}
+	if s.ServedModelName != "" {
+		words = append(words, "--served-model-name", s.ServedModelName)
+	}
+	words = append(words, s.fixedArgv...)
+	for i := range s.Params {
+		par := &s.Params[i]
+		on, err := s.active(par, cfg.Params)
+		if err != nil {
+			return nil, err
+		}
+		if !on {
+			continue
+		}
+		raw, ok := p[par.Name]
+		if !ok {
+			return nil, fmt.Errorf("param %s is active but has no value", par.Name)
+		}
+		v, err := par.normalize(raw)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Params[par.Name] = v
+		w, err := par.emit(par.text(v))
+		if err != nil {
+			return nil, fmt.Errorf("param %s: %w", par.Name, err)
+		}
+		words = append(words, w...)
+	}
+	for _, dv := range s.Derived {
+		w, err := s.derive(dv, cfg.Params)
+		if err != nil {
+			return nil, err
+		}
+		words = append(words, w...)
+	}
+	cfg.Flags = words
+	cfg.Predicted = s.predict(cfg)
+	return cfg, nil
+}
+
+func (s *Study) derive(dv Derived, p Params) ([]string, error) {
+	env := s.env(p, nil)
+	if dv.when != nil {
+		on, err := dv.when.EvalBool(env)
+		if errors.Is(err, errUnset) || (err == nil && !on) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("derived[%s].when %q: %w", dv.Flag, dv.When, err)
+		}
+	}
+	v, err := dv.value.Eval(env)
+	if errors.Is(err, errUnset) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("derived[%s].value %q: %w", dv.Flag, dv.Value, err)
+	}
+	switch x := v.(type) {
+	case bool:
+		if x {
+			return []string{dv.Flag}, nil
+		}
+		return nil, nil
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1e15 {
+			return []string{dv.Flag, strconv.FormatInt(int64(x), 10)}, nil
+		}
+		return []string{dv.Flag, strconv.FormatFloat(x, 'f', -1, 64)}, nil
+	case nil:
+		return nil, nil
+	}
+	return []string{dv.Flag, describeRaw(v)}, nil
+}
+
+func describeRaw(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return describe(v)
+}
+
+// Check returns every rule the config breaks; none means launchable. It
+// checks the emitted flags against the schema, SGLang's rules (each citing
+// /work/shared/reference/sglang.md) and the study's constraints.
+func (s *Study) Check(c *Config) []Rejection {
+	var out []Rejection
+	args, err := s.Schema.parseArgv(c.Flags)
+	if err != nil {
+		return []Rejection{{Rule: "flag_value", Message: err.Error()}}
+	}
+	seen := map[string]bool{}
+	for _, a := range args {
+		if seen[a.Spec.Name] {
+			out = append(out, Rejection{Rule: "duplicate_flag", Message: fmt.Sprintf("%s is emitted twice", a.Spec.Name)})
+		}
+		seen[a.Spec.Name] = true
+	}
+	out = append(out, s.engineRules(c)...)
+	env := s.env(c.Params, &c.Predicted)
+	for i, e := range s.constraints {
+		ok, err := e.EvalBool(env)
+		if errors.Is(err, errUnset) {
+			continue
+		}
+		switch {
+		case err != nil:
+			out = append(out, Rejection{Rule: "constraint", Message: fmt.Sprintf("constraint %q cannot be evaluated: %v", s.Constraints[i], err)})
+		case !ok:
+			out = append(out, Rejection{Rule: "constraint", Message: fmt.Sprintf("constraint %q is false with %s", s.Constraints[i], bindings(e, env))})
+		}
+	}
+	return out
+}
+
+// bindings prints the values of the names an expression uses.
+func bindings(e *Expr, env map[string]any) string {
+	var parts []string
+	for _, n := range e.Names() {
+		parts = append(parts, n+"="+describe(env[n]))
+	}
+	return strings.Join(parts, ", ")
+}

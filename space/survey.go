@@ -1,0 +1,259 @@
+package space
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strconv"
+)
+
+// values lists a param's finite domain; nil when it is continuous.
+func (par *Param) values() []any {
+	switch par.Type {
+	case "int":
+		var out []any
+		for v := int(par.Low); v <= int(par.High); v += int(par.Step) {
+			out = append(out, v)
+		}
+		return out
+	case "float":
+		if par.Step <= 0 || par.Log {
+			return nil
+		}
+		n := int(math.Round((par.High-par.Low)/par.Step)) + 1
+		out := make([]any, 0, n)
+		for k := range n {
+			out = append(out, roundToStep(par.Low+float64(k)*par.Step, par.Low, par.Step))
+		}
+		return out
+	case "bool":
+		return []any{true, false}
+	}
+	out := make([]any, len(par.Choices))
+	for i, c := range par.Choices {
+		out[i] = c
+	}
+	return out
+}
+
+// Bound is an upper bound on the number of configs, ignoring when:
+// conditions (an inactive param counts as one more value); ok is false when
+// a param is continuous.
+func (s *Study) Bound() (n float64, ok bool) {
+	n = 1
+	for i := range s.Params {
+		v := s.Params[i].values()
+		if v == nil {
+			return math.Inf(1), false
+		}
+		k := float64(len(v))
+		if s.Params[i].when != nil {
+			k++
+		}
+		n *= k
+	}
+	return n, true
+}
+
+// Enumerate calls fn with every config of a finite space, honouring when:,
+// in a fixed order, until fn returns false. Continuous params are skipped
+// (use Sample).
+func (s *Study) Enumerate(fn func(Params) bool) {
+	var rec func(i int, p Params) bool
+	rec = func(i int, p Params) bool {
+		if i == len(s.Params) {
+			return fn(clone(p))
+		}
+		par := &s.Params[i]
+		on, err := s.active(par, p)
+		if err != nil || !on {
+			return rec(i+1, p)
+		}
+		for _, v := range par.values() {
+			p[par.Name] = v
+			if !rec(i+1, p) {
+				delete(p, par.Name)
+				return false
+			}
+		}
+		delete(p, par.Name)
+		return true
+	}
+	rec(0, Params{})
+}
+
+func clone(p Params) Params {
+	out := make(Params, len(p))
+	for k, v := range p {
+		out[k] = v
+	}
+	return out
+}
+
+// RandomSuggester draws uniformly and deterministically from a seed; it is
+// what `sgtune check` samples large spaces with.
+type RandomSuggester struct{ r *rand.Rand }
+
+// NewRandomSuggester returns a suggester seeded with seed.
+func NewRandomSuggester(seed int64) *RandomSuggester {
+	return &RandomSuggester{r: rand.New(rand.NewPCG(uint64(seed), 0x5e7e))}
+}
+
+// SuggestStepInt draws from low, low+step, ..., high (both ends included).
+func (g *RandomSuggester) SuggestStepInt(_ string, low, high, step int) (int, error) {
+	return low + step*g.r.IntN((high-low)/step+1), nil
+}
+
+// SuggestFloat draws uniformly from [low, high].
+func (g *RandomSuggester) SuggestFloat(_ string, low, high float64) (float64, error) {
+	return low + g.r.Float64()*(high-low), nil
+}
+
+// SuggestLogFloat draws log-uniformly from [low, high].
+func (g *RandomSuggester) SuggestLogFloat(_ string, low, high float64) (float64, error) {
+	return math.Exp(math.Log(low) + g.r.Float64()*(math.Log(high)-math.Log(low))), nil
+}
+
+// SuggestDiscreteFloat draws from low, low+q, ..., high.
+func (g *RandomSuggester) SuggestDiscreteFloat(_ string, low, high, q float64) (float64, error) {
+	return low + q*float64(g.r.IntN(int(math.Round((high-low)/q))+1)), nil
+}
+
+// SuggestCategorical draws one choice.
+func (g *RandomSuggester) SuggestCategorical(_ string, choices []string) (string, error) {
+	return choices[g.r.IntN(len(choices))], nil
+}
+
+// RejectionCount is one distinct rejection and how many configs it hit.
+type RejectionCount struct {
+	Rule    string `json:"rule"`
+	Message string `json:"message"`
+	Count   int    `json:"count"`
+	Example Params `json:"example"`
+}
+
+// Survey is what `sgtune check` reports about a study's space.
+type Survey struct {
+	Study      string           `json:"study"`
+	Path       string           `json:"path"`
+	Schema     string           `json:"flag_schema"`
+	Params     []string         `json:"params"`
+	Size       int              `json:"size"`        // exact number of configs; 0 when not enumerated
+	Bound      float64          `json:"upper_bound"` // product of domain sizes; 0 when continuous
+	Continuous bool             `json:"continuous"`  // some param is continuous
+	Enumerated bool             `json:"enumerated"`  // every config was checked
+	Checked    int              `json:"checked"`
+	Feasible   int              `json:"feasible"`
+	Infeasible int              `json:"infeasible"`
+	Errors     []string         `json:"errors,omitempty"` // params that did not resolve
+	Rejections []RejectionCount `json:"rejections"`
+	Example    *Config          `json:"example_feasible,omitempty"`
+}
+
+// SurveyLimits bound a survey.
+type SurveyLimits struct {
+	MaxEnumerate int   // enumerate when the space has at most this many configs
+	Samples      int   // otherwise check this many sampled configs
+	Seed         int64 // sampling seed
+}
+
+// DefaultSurveyLimits are what `sgtune check` uses.
+var DefaultSurveyLimits = SurveyLimits{MaxEnumerate: 200000, Samples: 5000, Seed: 1}
+
+// Survey checks the space: every config when it is small enough, else a
+// deterministic sample; it counts feasible and infeasible configs and
+// groups the rejections by message. It launches nothing.
+func (s *Study) Survey(lim SurveyLimits) Survey {
+	out := Survey{Study: s.Name, Path: s.Path, Schema: s.Schema.Source}
+	for _, p := range s.Params {
+		out.Params = append(out.Params, p.Name)
+	}
+	counts := map[string]*RejectionCount{}
+	check := func(p Params) bool {
+		out.Checked++
+		cfg, err := s.Resolve(p)
+		if err != nil {
+			if len(out.Errors) < 10 {
+				out.Errors = append(out.Errors, err.Error())
+			}
+			out.Infeasible++
+			return true
+		}
+		rej := s.Check(cfg)
+		if len(rej) == 0 {
+			out.Feasible++
+			if out.Example == nil {
+				out.Example = cfg
+			}
+			return true
+		}
+		out.Infeasible++
+		for _, r := range rej {
+			key := r.Rule + "\x00" + r.Message
+			if rc, ok := counts[key]; ok {
+				rc.Count++
+			} else {
+				counts[key] = &RejectionCount{Rule: r.Rule, Message: r.Message, Count: 1, Example: cfg.Params}
+			}
+		}
+		return true
+	}
+	bound, finite := s.Bound()
+	if finite {
+		out.Bound = bound
+	} else {
+		out.Continuous = true
+	}
+	if finite && bound <= float64(lim.MaxEnumerate) {
+		out.Enumerated = true
+		s.Enumerate(check)
+		out.Size = out.Checked
+	} else {
+		g := NewRandomSuggester(lim.Seed)
+		for range lim.Samples {
+			p, err := s.Suggest(g)
+			if err != nil {
+				out.Errors = append(out.Errors, err.Error())
+				break
+			}
+			check(p)
+		}
+	}
+	for _, rc := range counts {
+		out.Rejections = append(out.Rejections, *rc)
+	}
+	sort.Slice(out.Rejections, func(i, j int) bool {
+		a, b := out.Rejections[i], out.Rejections[j]
+		if a.Count != b.Count {
+			return a.Count > b.Count
+		}
+		return a.Message < b.Message
+	})
+	return out
+}
+
+// RuleCounts sums rejections by rule.
+func (v *Survey) RuleCounts() map[string]int {
+	out := map[string]int{}
+	for _, r := range v.Rejections {
+		out[r.Rule] += r.Count
+	}
+	return out
+}
+
+// ParamList is the names, for printing.
+func (v *Survey) ParamList() string {
+	names := slices.Clone(v.Params)
+	if len(names) == 0 {
+		return "(none)"
+	}
+	out := ""
+	for i, n := range names {
+		if i > 0 {
+			out += ", "
+		}
+		out += n
+	}
+	return out + " (" + strconv.Itoa(len(names)) + ")"
+}

@@ -1,0 +1,57 @@
+package space
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestSurveyEnumeratesWithConditions(t *testing.T) {
+	doc := `name: s
+engine: {command: sglang serve}
+model: {path: m, hybrid: true}
+fixed: '--max-running-requests 64'
+params:
+  - {name: slots, type: categorical, choices: [128, 384], flag: --max-mamba-cache-size}
+  - {name: spec, type: bool}
+  - {name: steps, type: int, low: 1, high: 3, flag: --speculative-num-steps, when: spec}
+derived:
+  - {flag: --speculative-algorithm, value: "'EAGLE'", when: spec}
+`
+	st, err := Parse("s.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv := st.Survey(DefaultSurveyLimits)
+	// 2 slots x (no spec + 3 steps) = 8 configs; 128 slots cap 64 at 25.
+	if !sv.Enumerated || sv.Size != 8 || sv.Infeasible != 4 || sv.Feasible != 4 {
+		t.Errorf("survey %+v", sv)
+	}
+	if len(sv.Rejections) != 1 || sv.Rejections[0].Count != 4 ||
+		sv.Rejections[0].Message != "--max-mamba-cache-size 128 with radix cache and overlap: 128 // 5 = 25 < --max-running-requests 64" {
+		t.Errorf("rejections %+v", sv.Rejections)
+	}
+}
+
+func TestSurveySamplesDeterministically(t *testing.T) {
+	doc := base + `params:
+  - {name: mf, type: float, low: 0.5, high: 0.9, flag: --mem-fraction-static}
+  - {name: tp, type: int, low: 1, high: 8, log: true, flag: --tp-size}
+`
+	st, err := Parse("s.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := SurveyLimits{MaxEnumerate: 1000, Samples: 300, Seed: 7}
+	a, b := st.Survey(lim), st.Survey(lim)
+	a.Example, b.Example = nil, nil
+	if a.Enumerated || !a.Continuous || a.Checked != 300 {
+		t.Errorf("survey %+v", a)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Error("two surveys with the same seed differ")
+	}
+	// tp > 1 needs more than the default single GPU.
+	if a.RuleCounts()["parallel_gpus"] == 0 || a.Feasible == 0 {
+		t.Errorf("rule counts %v, feasible %d", a.RuleCounts(), a.Feasible)
+	}
+}

@@ -1,0 +1,392 @@
+package space
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// FieldError is one problem in a study file, at a line and column.
+type FieldError struct {
+	File  string
+	Line  int
+	Col   int
+	Field string // dotted path, e.g. params[ep].low
+	Msg   string // what is wrong; what is valid
+}
+
+func (e *FieldError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Col, e.Msg)
+	}
+	return fmt.Sprintf("%s:%d:%d: %s: %s", e.File, e.Line, e.Col, e.Field, e.Msg)
+}
+
+// LoadError holds every problem found in a study file; it wraps ErrInvalid.
+type LoadError struct{ Errs []*FieldError }
+
+func (e *LoadError) Error() string {
+	var b strings.Builder
+	for i, fe := range e.Errs {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(fe.Error())
+	}
+	return b.String()
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) true.
+func (e *LoadError) Unwrap() error { return ErrInvalid }
+
+// maxErrors bounds how many problems one load reports.
+const maxErrors = 20
+
+// dec walks a study document and collects positioned errors.
+type dec struct {
+	file string
+	errs []*FieldError
+}
+
+func (d *dec) failAt(line, col int, path, format string, args ...any) {
+	if len(d.errs) >= maxErrors {
+		return
+	}
+	d.errs = append(d.errs, &FieldError{File: d.file, Line: line, Col: col, Field: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (d *dec) fail(n *yaml.Node, path, format string, args ...any) {
+	line, col := 1, 1
+	if n != nil {
+		line, col = n.Line, n.Column
+	}
+	d.failAt(line, col, path, format, args...)
+}
+
+var yamlLineRE = regexp.MustCompile(`line (\d+)`)
+
+// syntaxError positions a YAML parser error.
+func (d *dec) syntaxError(err error) {
+	line := 1
+	if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
+		line, _ = strconv.Atoi(m[1])
+	}
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	msg = yamlLineRE.ReplaceAllString(msg, "")
+	msg = strings.Trim(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(msg), ":")), ":")
+	d.failAt(line, 1, "", "bad YAML: %s; the study file must be a YAML mapping", strings.TrimSpace(msg))
+}
+
+func deref(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 10; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!int":
+			return "an integer (" + n.Value + ")"
+		case "!!float":
+			return "a number (" + n.Value + ")"
+		case "!!bool":
+			return "a boolean (" + n.Value + ")"
+		case "!!null":
+			return "null"
+		}
+		return strconv.Quote(n.Value)
+	}
+	return "an unexpected node"
+}
+
+// mapNode is a YAML mapping with known keys.
+type mapNode struct {
+	d    *dec
+	n    *yaml.Node
+	path string
+	vals map[string]*yaml.Node
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// mapping checks that n is a mapping whose keys are all in allowed.
+func (d *dec) mapping(n *yaml.Node, path string, allowed ...string) *mapNode {
+	n = deref(n)
+	m := &mapNode{d: d, n: n, path: path, vals: map[string]*yaml.Node{}}
+	if n == nil {
+		return m
+	}
+	if n.Kind != yaml.MappingNode {
+		d.fail(n, path, "got %s; valid: a mapping with keys %s", kindName(n), strings.Join(allowed, ", "))
+		return m
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		key := k.Value
+		if !contains(allowed, key) {
+			sorted := append([]string(nil), allowed...)
+			sort.Strings(sorted)
+			d.fail(k, join(path, key), "unknown field (did you mean %s?); valid: %s", closest(key, allowed), strings.Join(sorted, ", "))
+			continue
+		}
+		if _, dup := m.vals[key]; dup {
+			d.fail(k, join(path, key), "given twice; valid: each field once")
+			continue
+		}
+		m.vals[key] = v
+	}
+	return m
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *mapNode) has(key string) bool { _, ok := m.vals[key]; return ok }
+
+func (m *mapNode) node(key string) *yaml.Node { return deref(m.vals[key]) }
+
+// at returns the node to blame for key: its value, else the mapping.
+func (m *mapNode) at(key string) *yaml.Node {
+	if n := m.node(key); n != nil {
+		return n
+	}
+	return m.n
+}
+
+func (m *mapNode) failKey(key, format string, args ...any) {
+	m.d.fail(m.at(key), join(m.path, key), format, args...)
+}
+
+func scalarTag(n *yaml.Node) string {
+	if n.Kind != yaml.ScalarNode {
+		return ""
+	}
+	return n.ShortTag()
+}
+
+func (m *mapNode) str(key string, dst *string) bool {
+	n := m.node(key)
+	if n == nil {
+		return false
+	}
+	if n.Kind != yaml.ScalarNode || n.ShortTag() == "!!null" {
+		m.failKey(key, "got %s; valid: a string", kindName(n))
+		return false
+	}
+	*dst = n.Value
+	return true
+}
+
+func (d *dec) intOf(n *yaml.Node, path string) (int, bool) {
+	if scalarTag(n) != "!!int" {
+		d.fail(n, path, "got %s; valid: an integer", kindName(n))
+		return 0, false
+	}
+	var v int64
+	if err := n.Decode(&v); err != nil || v > math.MaxInt32 || v < math.MinInt32 {
+		d.fail(n, path, "%s is out of range; valid: an integer within ±2147483647", n.Value)
+		return 0, false
+	}
+	return int(v), true
+}
+
+func (m *mapNode) int(key string, dst *int) bool {
+	n := m.node(key)
+	if n == nil {
+		return false
+	}
+	v, ok := m.d.intOf(n, join(m.path, key))
+	if ok {
+		*dst = v
+	}
+	return ok
+}
+
+func (d *dec) floatOf(n *yaml.Node, path string) (float64, bool) {
+	t := scalarTag(n)
+	if t != "!!int" && t != "!!float" {
+		d.fail(n, path, "got %s; valid: a number", kindName(n))
+		return 0, false
+	}
+	var v float64
+	if err := n.Decode(&v); err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		d.fail(n, path, "%s is not a finite number; valid: a number", n.Value)
+		return 0, false
+	}
+	return v, true
+}
+
+func (m *mapNode) float(key string, dst *float64) bool {
+	n := m.node(key)
+	if n == nil {
+		return false
+	}
+	v, ok := m.d.floatOf(n, join(m.path, key))
+	if ok {
+		*dst = v
+	}
+	return ok
+}
+
+func (m *mapNode) bool(key string, dst *bool) bool {
+	n := m.node(key)
+	if n == nil {
+		return false
+	}
+	if scalarTag(n) != "!!bool" {
+		m.failKey(key, "got %s; valid: true or false", kindName(n))
+		return false
+	}
+	var v bool
+	_ = n.Decode(&v)
+	*dst = v
+	return true
+}
+
+func (m *mapNode) duration(key string, dst *time.Duration) bool {
+	n := m.node(key)
+	if n == nil {
+		return false
+	}
+	if scalarTag(n) != "!!str" {
+		m.failKey(key, "got %s; valid: a Go duration such as 90s, 3m or 1h30m", kindName(n))
+		return false
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil || v < 0 {
+		m.failKey(key, "%q is not a duration; valid: a Go duration such as 90s, 3m or 1h30m", n.Value)
+		return false
+	}
+	*dst = v
+	return true
+}
+
+func (m *mapNode) list(key string) []*yaml.Node {
+	n := m.node(key)
+	if n == nil {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		m.failKey(key, "got %s; valid: a list", kindName(n))
+		return nil
+	}
+	return n.Content
+}
+
+func (m *mapNode) intList(key string, dst *[]int) bool {
+	n := m.node(key)
+	if n == nil {
+		return false
+	}
+	if n.Kind != yaml.SequenceNode {
+		m.failKey(key, "got %s; valid: a list of integers, e.g. [1, 16, 64]", kindName(n))
+		return false
+	}
+	out := make([]int, 0, len(n.Content))
+	ok := true
+	for i, c := range n.Content {
+		v, good := m.d.intOf(deref(c), fmt.Sprintf("%s[%d]", join(m.path, key), i))
+		ok = ok && good
+		out = append(out, v)
+	}
+	if ok {
+		*dst = out
+	}
+	return ok
+}
+
+// scalarString gives a scalar's text for choices and flag values.
+func (d *dec) scalarString(n *yaml.Node, path string) (string, bool) {
+	n = deref(n)
+	if n == nil || n.Kind != yaml.ScalarNode || n.ShortTag() == "!!null" {
+		if n == nil {
+			d.failAt(1, 1, path, "missing value; valid: a string, number or boolean")
+		} else {
+			d.fail(n, path, "got %s; valid: a string, number or boolean", kindName(n))
+		}
+		return "", false
+	}
+	if n.ShortTag() == "!!bool" {
+		var b bool
+		_ = n.Decode(&b)
+		return strconv.FormatBool(b), true
+	}
+	return n.Value, true
+}
+
+// splitShell splits s into words like a POSIX shell without expansions:
+// whitespace separates, single quotes are literal, double quotes and
+// backslashes escape.
+func splitShell(s string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	inWord := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		case c == '\'':
+			j := strings.IndexByte(s[i+1:], '\'')
+			if j < 0 {
+				return nil, fmt.Errorf("unterminated single quote")
+			}
+			cur.WriteString(s[i+1 : i+1+j])
+			i += j + 1
+			inWord = true
+		case c == '"':
+			i++
+			for ; i < len(s) && s[i] != '"'; i++ {
+				if s[i] == '\\' && i+1 < len(s) && strings.IndexByte(`"\$`+"`", s[i+1]) >= 0 {
+					i++
+				}
+				cur.WriteByte(s[i])
+			}
+			if i >= len(s) {
+				return nil, fmt.Errorf("unterminated double quote")
+			}
+			inWord = true
+		case c == '\\':
+			if i+1 < len(s) {
+				i++
+				cur.WriteByte(s[i])
+			}
+			inWord = true
+		default:
+			cur.WriteByte(c)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}

@@ -1,0 +1,379 @@
+package storage
+
+import (
+	"errors"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/c-bata/goptuna"
+)
+
+var allDists = map[string]interface{}{
+	"u":   goptuna.UniformDistribution{Low: 0.5, High: 0.95},
+	"log": goptuna.LogUniformDistribution{Low: 1e-3, High: 1},
+	"int": goptuna.IntUniformDistribution{Low: 1, High: 8},
+	"sti": goptuna.StepIntUniformDistribution{Low: 0, High: 512, Step: 64},
+	"dis": goptuna.DiscreteUniformDistribution{Low: 0, High: 1, Q: 0.25},
+	"cat": goptuna.CategoricalDistribution{Choices: []string{"fa3", "triton", "flashinfer"}},
+}
+
+var allInternal = map[string]float64{"u": 0.8, "log": 0.01, "int": 4, "sti": 128, "dis": 0.75, "cat": 1}
+
+func mustStudy(t *testing.T, s *Store, name string, d goptuna.StudyDirection) int {
+	t.Helper()
+	id, err := s.CreateNewStudy(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetStudyDirection(id, d); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func mustTrial(t *testing.T, s *Store, study int) int {
+	t.Helper()
+	id, err := s.CreateNewTrial(study)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func TestTrialRoundTrip(t *testing.T) {
+	s := newStore(t)
+	study := mustStudy(t, s, "rt", goptuna.StudyDirectionMaximize)
+	before := time.Now()
+	id := mustTrial(t, s, study)
+	for name, d := range allDists {
+		if err := s.SetTrialParam(id, name, allInternal[name], d); err != nil {
+			t.Fatalf("SetTrialParam %s: %v", name, err)
+		}
+	}
+	steps := map[int]float64{0: 1.5, 3: -2, 7: math.Inf(1)}
+	for st, v := range steps {
+		if err := s.SetTrialIntermediateValue(id, st, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// overwrite a step and a param (Optuna >= 2 semantics)
+	if err := s.SetTrialIntermediateValue(id, 3, -3); err != nil {
+		t.Fatal(err)
+	}
+	steps[3] = -3
+	must(t, s.SetTrialUserAttr(id, "sgtune.config", `{"flags":["--tp","4"]}`))
+	must(t, s.SetTrialUserAttr(id, "k", "v1"))
+	must(t, s.SetTrialUserAttr(id, "k", "v2"))
+	must(t, s.SetTrialSystemAttr(id, "sys", "x"))
+	must(t, s.SetTrialValue(id, 1234.5))
+	must(t, s.SetTrialState(id, goptuna.TrialStateComplete))
+
+	got, err := s.GetTrial(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantParams := map[string]interface{}{
+		"u": 0.8, "log": 0.01, "int": 4, "sti": 128, "dis": 0.75, "cat": "triton",
+	}
+	if got.ID != id || got.StudyID != study || got.Number != 0 || got.State != goptuna.TrialStateComplete || got.Value != 1234.5 {
+		t.Fatalf("trial header = %+v", got)
+	}
+	if !reflect.DeepEqual(got.Params, wantParams) {
+		t.Fatalf("Params = %#v; want %#v", got.Params, wantParams)
+	}
+	if !reflect.DeepEqual(got.InternalParams, allInternal) {
+		t.Fatalf("InternalParams = %v", got.InternalParams)
+	}
+	if !reflect.DeepEqual(got.Distributions, allDists) {
+		t.Fatalf("Distributions = %#v", got.Distributions)
+	}
+	if !reflect.DeepEqual(got.IntermediateValues, steps) {
+		t.Fatalf("IntermediateValues = %v", got.IntermediateValues)
+	}
+	if got.UserAttrs["k"] != "v2" || got.UserAttrs["sgtune.config"] == "" || got.SystemAttrs["sys"] != "x" {
+		t.Fatalf("attrs = %v %v", got.UserAttrs, got.SystemAttrs)
+	}
+	if got.DatetimeStart.Before(before.Add(-time.Second)) || got.DatetimeComplete.Before(got.DatetimeStart) {
+		t.Fatalf("times: start %v complete %v", got.DatetimeStart, got.DatetimeComplete)
+	}
+
+	// Single-field getters agree with GetTrial.
+	if p, err := s.GetTrialParams(id); err != nil || !reflect.DeepEqual(p, wantParams) {
+		t.Fatalf("GetTrialParams = %v, %v", p, err)
+	}
+	if v, err := s.GetTrialParam(id, "sti"); err != nil || v != 128 {
+		t.Fatalf("GetTrialParam = %v, %v", v, err)
+	}
+	if _, err := s.GetTrialParam(id, "absent"); err == nil {
+		t.Fatal("GetTrialParam of an absent param succeeded")
+	}
+	if n, err := s.GetTrialNumberFromID(id); err != nil || n != 0 {
+		t.Fatalf("GetTrialNumberFromID = %v, %v", n, err)
+	}
+	if sid, err := s.GetStudyIDFromTrialID(id); err != nil || sid != study {
+		t.Fatalf("GetStudyIDFromTrialID = %v, %v", sid, err)
+	}
+	if ua, err := s.GetTrialUserAttrs(id); err != nil || !reflect.DeepEqual(ua, got.UserAttrs) {
+		t.Fatalf("GetTrialUserAttrs = %v, %v", ua, err)
+	}
+	if sa, err := s.GetTrialSystemAttrs(id); err != nil || !reflect.DeepEqual(sa, got.SystemAttrs) {
+		t.Fatalf("GetTrialSystemAttrs = %v, %v", sa, err)
+	}
+
+	// CloneTrial copies everything but ID and number.
+	cid, err := s.CloneTrial(study, got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clone, err := s.GetTrial(cid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if clone.Number != 1 || cid == id {
+		t.Fatalf("clone id %d number %d", cid, clone.Number)
+	}
+	clone.ID, clone.Number = got.ID, got.Number
+	if !reflect.DeepEqual(clone, got) {
+		t.Fatalf("clone differs:\n got %+v\nwant %+v", clone, got)
+	}
+	all, err := s.GetAllTrials(study)
+	if err != nil || len(all) != 2 || all[0].ID != id || all[1].ID != cid {
+		t.Fatalf("GetAllTrials = %d trials, %v", len(all), err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFinishedTrialSettersFail(t *testing.T) {
+	s := newStore(t)
+	study := mustStudy(t, s, "fin", goptuna.StudyDirectionMinimize)
+	setters := map[string]func(id int) error{
+		"SetTrialValue":             func(id int) error { return s.SetTrialValue(id, 1) },
+		"SetTrialIntermediateValue": func(id int) error { return s.SetTrialIntermediateValue(id, 1, 1) },
+		"SetTrialParam":             func(id int) error { return s.SetTrialParam(id, "int", 2, allDists["int"]) },
+		"SetTrialState(Running)":    func(id int) error { return s.SetTrialState(id, goptuna.TrialStateRunning) },
+		"SetTrialState(Fail)":       func(id int) error { return s.SetTrialState(id, goptuna.TrialStateFail) },
+		"SetTrialUserAttr":          func(id int) error { return s.SetTrialUserAttr(id, "a", "b") },
+		"SetTrialSystemAttr":        func(id int) error { return s.SetTrialSystemAttr(id, "a", "b") },
+		"FailTrial":                 func(id int) error { return s.FailTrial(id, "x") },
+		"Heartbeat":                 func(id int) error { return s.Heartbeat(id) },
+	}
+	for _, final := range []goptuna.TrialState{goptuna.TrialStateComplete, goptuna.TrialStatePruned, goptuna.TrialStateFail} {
+		for name, set := range setters {
+			t.Run(final.String()+"/"+name, func(t *testing.T) {
+				id := mustTrial(t, s, study)
+				must(t, s.SetTrialState(id, final))
+				if err := set(id); !errors.Is(err, goptuna.ErrTrialCannotBeUpdated) {
+					t.Fatalf("%s on %s trial = %v; want ErrTrialCannotBeUpdated", name, final, err)
+				}
+			})
+		}
+	}
+	// The escape hatch works on finished trials.
+	id := mustTrial(t, s, study)
+	must(t, s.SetTrialState(id, goptuna.TrialStateComplete))
+	must(t, s.AnnotateTrial(id, "note", "late"))
+	if ua, _ := s.GetTrialUserAttrs(id); ua["note"] != "late" {
+		t.Fatalf("AnnotateTrial not stored: %v", ua)
+	}
+}
+
+func TestSetTrialStateTransitions(t *testing.T) {
+	tests := []struct {
+		name    string
+		from    goptuna.TrialState
+		to      goptuna.TrialState
+		wantErr error
+	}{
+		{"running to running", goptuna.TrialStateRunning, goptuna.TrialStateRunning, goptuna.ErrTrialCannotBeUpdated},
+		{"waiting to waiting", goptuna.TrialStateWaiting, goptuna.TrialStateWaiting, goptuna.ErrTrialCannotBeUpdated},
+		{"waiting to running", goptuna.TrialStateWaiting, goptuna.TrialStateRunning, nil},
+		{"running to complete", goptuna.TrialStateRunning, goptuna.TrialStateComplete, nil},
+		{"running to pruned", goptuna.TrialStateRunning, goptuna.TrialStatePruned, nil},
+		{"running to waiting", goptuna.TrialStateRunning, goptuna.TrialStateWaiting, nil},
+		{"complete to complete", goptuna.TrialStateComplete, goptuna.TrialStateComplete, goptuna.ErrTrialCannotBeUpdated},
+		{"fail to running", goptuna.TrialStateFail, goptuna.TrialStateRunning, goptuna.ErrTrialCannotBeUpdated},
+	}
+	s := newStore(t)
+	study := mustStudy(t, s, "st", goptuna.StudyDirectionMinimize)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			id, err := s.CloneTrial(study, goptuna.FrozenTrial{State: tc.from, DatetimeStart: time.Now(), DatetimeComplete: time.Now()})
+			must(t, err)
+			err = s.SetTrialState(id, tc.to)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("SetTrialState(%s -> %s) = %v; want %v", tc.from, tc.to, err, tc.wantErr)
+			}
+			got, err := s.GetTrial(id)
+			must(t, err)
+			want := tc.to
+			if tc.wantErr != nil {
+				want = tc.from
+			}
+			if got.State != want {
+				t.Fatalf("state = %s; want %s", got.State, want)
+			}
+			if tc.wantErr == nil && tc.to.IsFinished() && got.DatetimeComplete.IsZero() {
+				t.Fatal("finished trial has no completion time")
+			}
+		})
+	}
+}
+
+func TestGetBestTrial(t *testing.T) {
+	type tr struct {
+		state goptuna.TrialState
+		value float64
+	}
+	tests := []struct {
+		name      string
+		direction goptuna.StudyDirection
+		trials    []tr
+		wantNum   int
+		wantErr   error
+	}{
+		{"empty", goptuna.StudyDirectionMaximize, nil, 0, goptuna.ErrNoCompletedTrials},
+		{"only pruned and failed", goptuna.StudyDirectionMaximize,
+			[]tr{{goptuna.TrialStatePruned, 9}, {goptuna.TrialStateFail, 0}, {goptuna.TrialStateRunning, 0}}, 0, goptuna.ErrNoCompletedTrials},
+		{"maximize", goptuna.StudyDirectionMaximize,
+			[]tr{{goptuna.TrialStateComplete, 3}, {goptuna.TrialStateComplete, 7}, {goptuna.TrialStatePruned, 100}, {goptuna.TrialStateComplete, -1}}, 1, nil},
+		{"minimize", goptuna.StudyDirectionMinimize,
+			[]tr{{goptuna.TrialStateComplete, 3}, {goptuna.TrialStateComplete, 7}, {goptuna.TrialStatePruned, -100}, {goptuna.TrialStateComplete, -1}}, 3, nil},
+		{"tie takes lowest number", goptuna.StudyDirectionMaximize,
+			[]tr{{goptuna.TrialStateComplete, 1}, {goptuna.TrialStateComplete, 5}, {goptuna.TrialStateComplete, 5}}, 1, nil},
+	}
+	s := newStore(t)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			study := mustStudy(t, s, tc.name, tc.direction)
+			for _, x := range tc.trials {
+				id := mustTrial(t, s, study)
+				must(t, s.SetTrialValue(id, x.value))
+				if x.state != goptuna.TrialStateRunning {
+					must(t, s.SetTrialState(id, x.state))
+				}
+			}
+			best, err := s.GetBestTrial(study)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("GetBestTrial err = %v; want %v", err, tc.wantErr)
+			}
+			if err == nil && best.Number != tc.wantNum {
+				t.Fatalf("best = #%d (%v); want #%d", best.Number, best.Value, tc.wantNum)
+			}
+		})
+	}
+}
+
+func TestStudies(t *testing.T) {
+	s := newStore(t)
+	a := mustStudy(t, s, "a", goptuna.StudyDirectionMaximize)
+	if _, err := s.CreateNewStudy("a"); !errors.Is(err, ErrDuplicateStudy) {
+		t.Fatalf("duplicate study: %v", err)
+	}
+	b, err := s.CreateNewStudy("")
+	must(t, err)
+	if id, err := s.GetStudyIDFromName("a"); err != nil || id != a {
+		t.Fatalf("GetStudyIDFromName = %v, %v", id, err)
+	}
+	if _, err := s.GetStudyIDFromName("zzz"); !errors.Is(err, ErrStudyNotFound) {
+		t.Fatalf("missing study: %v", err)
+	}
+	if d, err := s.GetStudyDirection(a); err != nil || d != goptuna.StudyDirectionMaximize {
+		t.Fatalf("direction = %v, %v", d, err)
+	}
+	if err := s.SetStudyDirection(a, "sideways"); err == nil {
+		t.Fatal("bad direction accepted")
+	}
+	must(t, s.SetStudyUserAttr(a, "space", "demo"))
+	must(t, s.SetStudyUserAttr(a, "space", "demo2"))
+	must(t, s.SetStudySystemAttr(a, "sys", "1"))
+	if ua, err := s.GetStudyUserAttrs(a); err != nil || ua["space"] != "demo2" || len(ua) != 1 {
+		t.Fatalf("user attrs = %v, %v", ua, err)
+	}
+	if sa, err := s.GetStudySystemAttrs(a); err != nil || sa["sys"] != "1" {
+		t.Fatalf("system attrs = %v, %v", sa, err)
+	}
+	id := mustTrial(t, s, a)
+	must(t, s.SetTrialValue(id, 42))
+	must(t, s.SetTrialState(id, goptuna.TrialStateComplete))
+
+	sums, err := s.GetAllStudySummaries()
+	must(t, err)
+	if len(sums) != 2 || sums[0].Name != "a" || sums[0].BestTrial.Value != 42 || sums[0].UserAttrs["space"] != "demo2" ||
+		sums[0].DatetimeStart.IsZero() || sums[1].ID != b || sums[1].BestTrial.ID != 0 {
+		t.Fatalf("summaries = %+v", sums)
+	}
+	names, err := s.StudyNames()
+	must(t, err)
+	if len(names) != 2 || names[0] != "a" {
+		t.Fatalf("names = %v", names)
+	}
+
+	// Invalid IDs.
+	if _, err := s.CreateNewTrial(999); !errors.Is(err, goptuna.ErrInvalidStudyID) {
+		t.Fatalf("CreateNewTrial(999) = %v", err)
+	}
+	if _, err := s.GetTrial(999); !errors.Is(err, goptuna.ErrInvalidTrialID) {
+		t.Fatalf("GetTrial(999) = %v", err)
+	}
+	if err := s.SetTrialValue(999, 1); !errors.Is(err, goptuna.ErrInvalidTrialID) {
+		t.Fatalf("SetTrialValue(999) = %v", err)
+	}
+	if err := s.SetStudyUserAttr(999, "a", "b"); !errors.Is(err, goptuna.ErrInvalidStudyID) {
+		t.Fatalf("SetStudyUserAttr(999) = %v", err)
+	}
+	if _, err := s.GetAllTrials(999); !errors.Is(err, goptuna.ErrInvalidStudyID) {
+		t.Fatalf("GetAllTrials(999) = %v", err)
+	}
+	// NaN is refused, unknown distributions too.
+	id2 := mustTrial(t, s, a)
+	if err := s.SetTrialValue(id2, math.NaN()); err == nil {
+		t.Fatal("NaN value accepted")
+	}
+	if err := s.SetTrialParam(id2, "x", 1, struct{}{}); err == nil {
+		t.Fatal("unknown distribution accepted")
+	}
+
+	// DeleteStudy cascades.
+	must(t, s.SavePoints(id, samplePoints()))
+	must(t, s.DeleteStudy(a))
+	if _, err := s.GetTrial(id); !errors.Is(err, goptuna.ErrInvalidTrialID) {
+		t.Fatalf("trial survived DeleteStudy: %v", err)
+	}
+	var n int
+	must(t, s.rdb.QueryRow("SELECT count(*) FROM points").Scan(&n))
+	if n != 0 {
+		t.Fatalf("%d points survived DeleteStudy", n)
+	}
+	if err := s.DeleteStudy(a); !errors.Is(err, goptuna.ErrInvalidStudyID) {
+		t.Fatalf("second DeleteStudy = %v", err)
+	}
+	must(t, s.IntegrityCheck())
+}
+
+func TestEnsureStudy(t *testing.T) {
+	s := newStore(t)
+	id, created, err := s.EnsureStudy("demo", goptuna.StudyDirectionMaximize)
+	if err != nil || !created {
+		t.Fatalf("first EnsureStudy = %d, %v, %v", id, created, err)
+	}
+	id2, created, err := s.EnsureStudy("demo", goptuna.StudyDirectionMaximize)
+	if err != nil || created || id2 != id {
+		t.Fatalf("second EnsureStudy = %d, %v, %v", id2, created, err)
+	}
+	if _, _, err := s.EnsureStudy("demo", goptuna.StudyDirectionMinimize); err == nil {
+		t.Fatal("direction mismatch accepted")
+	}
+	st, err := s.LoadOrCreateStudy("demo", goptuna.StudyDirectionMaximize, goptuna.StudyOptionLogger(nil))
+	must(t, err)
+	if st.ID != id || st.Direction() != goptuna.StudyDirectionMaximize {
+		t.Fatalf("LoadOrCreateStudy: id %d direction %s", st.ID, st.Direction())
+	}
+}
