@@ -86,7 +86,6 @@ func runMatrix(ctx context.Context, c *client, model string, w Workload, opt Opt
 		if err != nil {
 			runErr = err
 		}
-		prefillTTFT := time.Duration(pre.TTFT.P50 * float64(time.Second))
 		skip := ""
 		if pre.Status != StatusValid {
 			skip = "prefill did not succeed"
@@ -104,7 +103,7 @@ func runMatrix(ctx context.Context, c *client, model string, w Workload, opt Opt
 				notRun(PhaseDecode, ctxLen, conc, skip)
 				continue
 			}
-			p, recs, err := c.decodeCell(ctx, model, base, ctxLen, conc, m, hang, prefillTTFT, maxRun)
+			p, recs, err := c.decodeCell(ctx, model, base, ctxLen, conc, m, hang, maxRun)
 			res.Points = append(res.Points, p)
 			res.Requests = append(res.Requests, recs...)
 			opt.progress("decode ctx=%d c=%d: %s, %.1f tok/s, %.1f tok/s per request, TTFT p50 %.3f s, ITL p50 %.1f ms, %d done, %d tokens in %.1f s",
@@ -168,7 +167,7 @@ func prefill(ctx context.Context, c *client, model, prompt string, ctxLen, kv in
 // decodeCell keeps conc streams of maxOutput tokens running for the
 // cell's duration; requests still running at the end are cut and their
 // tokens so far counted.
-func (c *client) decodeCell(ctx context.Context, model, base string, ctxLen, conc int, m MatrixSpec, hang, prefillTTFT time.Duration, maxRun int) (Point, []RequestRecord, error) {
+func (c *client) decodeCell(ctx context.Context, model, base string, ctxLen, conc int, m MatrixSpec, hang time.Duration, maxRun int) (Point, []RequestRecord, error) {
 	p := Point{Phase: PhaseDecode, Context: ctxLen, Concurrency: conc, Repeat: 1, Requested: conc}
 	pctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -180,7 +179,7 @@ func (c *client) decodeCell(ctx context.Context, model, base string, ctxLen, con
 	w.tick(time.Now())
 	wdDone := make(chan struct{})
 	go func() { defer close(wdDone); w.run(pctx, cancel, hang) }()
-	qp := &queuePoller{c: c}
+	qp := &queuePoller{c: c, from: start.Add(dur / 2)}
 	qpDone := make(chan struct{})
 	go func() { defer close(qpDone); qp.run(cellCtx) }()
 
@@ -188,7 +187,6 @@ func (c *client) decodeCell(ctx context.Context, model, base string, ctxLen, con
 		mu                         sync.Mutex
 		results                    []*streamResult
 		cut                        []bool
-		next                       atomic.Int64
 		issued, done, failed, toks atomic.Int64
 		nCut                       atomic.Int64
 		wg                         sync.WaitGroup
@@ -198,10 +196,10 @@ func (c *client) decodeCell(ctx context.Context, model, base string, ctxLen, con
 	for range conc {
 		wg.Go(func() {
 			for cellCtx.Err() == nil {
-				i := next.Add(1)
-				// The shared prefix was just prefilled, so the cache makes
-				// TTFT mostly exclude prefill, as in seed 004.
-				body, err := chatBody(model, userMsg(fmt.Sprintf("%s [cell c%d #%d]", base, conc, i)), m.MaxOutput, true, nil, extras)
+				// The prefill's exact prompt: a prefix cache (SGLang's radix
+				// tree, or a simulator's whole-prompt cache) serves it, so
+				// TTFT mostly excludes prefill, as in seed 004.
+				body, err := chatBody(model, userMsg(base), m.MaxOutput, true, nil, extras)
 				if err != nil {
 					return
 				}
@@ -302,10 +300,13 @@ func (c *client) decodeCell(ctx context.Context, model, base string, ctxLen, con
 		why = append(why, fmt.Sprintf("%d requests > server max running %d", conc, maxRun))
 	}
 	if q := qp.max.Load(); q > 0 {
-		why = append(why, fmt.Sprintf("server queue held up to %d requests", q))
+		why = append(why, fmt.Sprintf("the server queue held up to %d requests in the second half of the cell", q))
 	}
-	if prefillTTFT > 0 && p.TTFT.P90 > 2*prefillTTFT.Seconds()+0.5 {
-		why = append(why, fmt.Sprintf("TTFT p90 %.2f s > twice the prefill TTFT %.2f s", p.TTFT.P90, prefillTTFT.Seconds()))
+	// Requests that wait in a queue stream no tokens: in steady state (the
+	// second half of the cell, after the first-token wave) fewer than conc
+	// requests streaming means the server could not run them all at once.
+	if s := streamingAvg(results, start, dur/2, dur); s < 0.9*float64(conc) {
+		why = append(why, fmt.Sprintf("%.2f of %d requests streaming on average in the second half of the cell", s, conc))
 	}
 	if len(why) > 0 {
 		p.Status = StatusQueued
@@ -329,8 +330,9 @@ func firstErr(rs []*streamResult) string {
 // queuePoller reads sglang:num_queue_reqs from /metrics (served with
 // --enable-metrics) once a second and keeps the maximum seen.
 type queuePoller struct {
-	c   *client
-	max atomic.Int64
+	c    *client
+	from time.Time // samples before this are ignored (the first-token wave)
+	max  atomic.Int64
 }
 
 func (q *queuePoller) run(ctx context.Context) {
@@ -341,7 +343,7 @@ func (q *queuePoller) run(ctx context.Context) {
 		if err != nil {
 			return // no metrics endpoint: rely on the other signals
 		}
-		if n > q.max.Load() {
+		if n > q.max.Load() && time.Now().After(q.from) {
 			q.max.Store(n)
 		}
 		select {
@@ -382,4 +384,31 @@ func parseQueueMetric(sc *bufio.Scanner) int64 {
 		}
 	}
 	return int64(sum)
+}
+
+// streamingAvg is the time-average number of requests between their first
+// token and their end over [start+from, start+to].
+func streamingAvg(rs []*streamResult, start time.Time, from, to time.Duration) float64 {
+	if to <= from {
+		return 0
+	}
+	w0, w1 := start.Add(from), start.Add(to)
+	var sum time.Duration
+	for _, r := range rs {
+		if r.rec.TTFT <= 0 {
+			continue
+		}
+		a := r.start.Add(time.Duration(r.rec.TTFT * float64(time.Second)))
+		b := r.start.Add(time.Duration(r.rec.Latency * float64(time.Second)))
+		if a.Before(w0) {
+			a = w0
+		}
+		if b.After(w1) {
+			b = w1
+		}
+		if b.After(a) {
+			sum += b.Sub(a)
+		}
+	}
+	return float64(sum) / float64(to-from)
 }

@@ -31,9 +31,9 @@ func TestCellFits(t *testing.T) {
 }
 
 func TestRunMatrix(t *testing.T) {
-	// KV 700 tokens: ctx 64 (+16 out) fits 8 requests; ctx 256 fits 2.
-	srv := &fakesse.Server{KVTokens: 700, MaxRunning: 3, TokenInterval: 2 * time.Millisecond}
-	w := Workload{Kind: "matrix", Matrix: MatrixSpec{Contexts: []int{64, 256}, Concurrency: []int{1, 2, 4}, DurationS: 0.25, MaxOutput: 16}}
+	// KV 1000 tokens: ctx 64 (+64 out) fits 7 requests; ctx 256 fits 3.
+	srv := &fakesse.Server{KVTokens: 1000, MaxRunning: 3, TokenInterval: 2 * time.Millisecond}
+	w := Workload{Kind: "matrix", Matrix: MatrixSpec{Contexts: []int{64, 256}, Concurrency: []int{1, 2, 4}, DurationS: 0.25, MaxOutput: 64}}
 	res, err := Run(context.Background(), fake(t, srv), w, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +72,7 @@ func TestRunMatrix(t *testing.T) {
 			t.Errorf("%v: status %q (%s), want %q", w.k, p.Status, p.Note, w.status)
 		}
 		if p.Status == StatusOverCapacity {
-			if p.Issued != 0 || !strings.Contains(p.Note, "> 700 KV tokens") {
+			if p.Issued != 0 || !strings.Contains(p.Note, "> 1000 KV tokens") {
 				t.Errorf("%v: over capacity but issued %d, note %q", w.k, p.Issued, p.Note)
 			}
 			continue
@@ -123,5 +123,28 @@ func TestParseQueueMetric(t *testing.T) {
 	in := "# HELP x\nsglang:num_queue_reqs{dp_rank=\"0\"} 3.0\nsglang:num_queue_reqs{dp_rank=\"1\"} 2\nsglang:num_running_reqs 7\n"
 	if got := parseQueueMetric(bufio.NewScanner(strings.NewReader(in))); got != 5 {
 		t.Errorf("queue = %d, want 5", got)
+	}
+}
+
+// TestMatrixQueuedFromStreams: a server that runs only 2 streams at once
+// and does not say so is caught by the steady-state streaming count.
+func TestMatrixQueuedFromStreams(t *testing.T) {
+	srv := &fakesse.Server{RunLimit: 2, TokenInterval: 2 * time.Millisecond}
+	w := Workload{Kind: "matrix", Matrix: MatrixSpec{Contexts: []int{64}, Concurrency: []int{2, 4}, DurationS: 0.3, MaxOutput: 500}}
+	res, err := Run(context.Background(), fake(t, srv), w, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]string{2: StatusValid, 4: StatusQueued}
+	for _, p := range res.Points {
+		if p.Phase != PhaseDecode {
+			continue
+		}
+		if p.Status != want[p.Concurrency] {
+			t.Errorf("c=%d: status %q (%s), want %q", p.Concurrency, p.Status, p.Note, want[p.Concurrency])
+		}
+		if p.Concurrency == 4 && !strings.Contains(p.Note, "streaming on average") {
+			t.Errorf("c=4 note %q", p.Note)
+		}
 	}
 }

@@ -219,11 +219,14 @@ func (r *runner) launch(ctx context.Context, id, number int, label string, gpus 
 	}
 	facts, _ := json.Marshal(srv.Facts)
 	attrs[attrFacts] = string(facts)
+	// What the engine reported sharpens the predictions for later proposals.
+	r.st.Observe(cfg.Params, srv.Facts.MaxTotalNumTokens, srv.Facts.MaxRunningRequests)
 	r.printf("trial %d ready in %.1fs: max_running_requests=%d max_total_num_tokens=%d\n",
 		number, srv.Facts.StartupS, srv.Facts.MaxRunningRequests, srv.Facts.MaxTotalNumTokens)
 
-	// The engine may cap running requests below what was asked (seed rule 1).
-	if req := cfg.Predicted.RequestedMaxRunningRequests; req > 0 && srv.Facts.MaxRunningRequests > 0 &&
+	// The engine may cap running requests below what was asked (seed rule
+	// 1); it says so in its log, per DP worker.
+	if req := srv.Facts.RequestedMaxRunningRequests; req > 0 && srv.Facts.MaxRunningRequests > 0 &&
 		srv.Facts.MaxRunningRequests < req && r.st.OnLimitsReduced != "accept" {
 		r.stop(srv)
 		attrs[attrState], attrs[attrClass] = StateFailed, ClassLimitsReduced

@@ -125,14 +125,22 @@ func NewEngine(p *Profile, pl *Plan, rules []FaultRule, speedup float64, log io.
 	for _, r := range rules {
 		switch r.Effect.Kind {
 		case "crash_after_requests":
-			e.crashAfter = r.Effect.N
+			e.crashAfter = minPos(e.crashAfter, r.Effect.N)
 		case "crash_when_running_over":
-			e.crashRunning = r.Effect.N
+			e.crashRunning = minPos(e.crashRunning, r.Effect.N)
 		case "hang_when_running_over":
-			e.hangRunning = r.Effect.N
+			e.hangRunning = minPos(e.hangRunning, r.Effect.N)
 		}
 	}
 	return e
+}
+
+// minPos is the smaller positive threshold (0 means unset).
+func minPos(a, b int) int {
+	if a <= 0 || (b > 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 func schedPrefix(pl *Plan) string {

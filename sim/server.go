@@ -330,7 +330,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var prompt strings.Builder
+	lastUser := ""
 	for _, m := range req.Messages {
+		if m.Role == "user" {
+			lastUser = messageText(m.Content)
+		}
 		prompt.WriteString(m.Role)
 		prompt.WriteString(": ")
 		prompt.WriteString(messageText(m.Content))
@@ -363,7 +367,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	n := s.reqSeq.Add(1)
 	seed := hashString(ptxt) ^ n*0x9e3779b97f4a7c15
-	plan, errMsg := s.planOutput(&req, ptxt, seed)
+	plan, errMsg := s.planOutput(&req, lastUser, seed)
 	if errMsg != "" {
 		writeJSON(w, 400, errorBody(errMsg, 400))
 		return

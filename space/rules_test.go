@@ -249,3 +249,30 @@ func TestObserveLearnsRatio(t *testing.T) {
 		t.Errorf("learned ratio not used: %+v %v", cfg.Predicted, st.Check(cfg))
 	}
 }
+
+// TestConcurrentObserveResolve: parallel trials observe and resolve at once.
+func TestConcurrentObserveResolve(t *testing.T) {
+	st, err := Load(glmStudy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := seedRuns(t)
+	done := make(chan struct{})
+	for i := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for j := range 20 {
+				r := runs[(i+j)%len(runs)]
+				if j%3 == 0 {
+					st.Observe(seedParams(r), r.Config.KVTokens, r.Config.Effective)
+				}
+				if cfg, err := st.Resolve(seedParams(r)); err == nil {
+					_ = st.Check(cfg)
+				}
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+}

@@ -1,6 +1,8 @@
 // Package space turns a study file into a search space and resolves sampled
 // parameters into engine configurations, with the engine's rules and the
-// study's constraints checked before anything is launched.
+// study's constraints checked before anything is launched. The study file
+// format, the expression language and the rules are documented in
+// docs/study-file.md.
 package space
 
 import (
@@ -22,11 +24,11 @@ type Study struct {
 	GPUGroups       [][]int
 	Params          []Param
 	Constraints     []string
-	Derived         []Derived // flags computed from params
-	Hybrid          bool      // model has a linear-attention/mamba state pool (model.hybrid)
-	Memory          Memory    // KV-capacity hint (memory:)
-	Schema          *FlagSchema
-	OnLimitsReduced string // reject (default) | accept
+	Derived         []Derived   // flags computed from params
+	Hybrid          bool        // model has a linear-attention/mamba state pool (model.hybrid)
+	Memory          Memory      // KV-capacity hint (memory:)
+	Schema          *FlagSchema `json:"-"`
+	OnLimitsReduced string      // reject (default) | accept
 	Workload        objective.Workload
 	Score           objective.ScoreSpec
 	Budget          Budget
@@ -121,6 +123,12 @@ type Config struct {
 	Flags     []string          `json:"flags"` // engine flags, --model-path first; no --host/--port
 	Env       map[string]string `json:"env,omitempty"`
 	Predicted Prediction        `json:"predicted"`
+}
+
+// Argv is the full command line of a config: the engine command, then the
+// config's flags. The launcher appends --host and --port.
+func (s *Study) Argv(c *Config) []string {
+	return append(append([]string(nil), s.Engine.Command...), c.Flags...)
 }
 
 // Rejection explains why a config cannot work, with its numbers.

@@ -98,7 +98,9 @@ func (r *seedRun) Argv() []string {
 	c := r.Config
 	a := []string{"--model-path", "zai-org/GLM-5.3-Flash", "--tp-size", fmt.Sprint(c.TP), "--ep-size", fmt.Sprint(c.EP),
 		"--mem-fraction-static", fmt.Sprint(c.MemFraction), "--chunked-prefill-size", fmt.Sprint(c.Batched),
-		"--context-length", fmt.Sprint(c.MaxModelLen), "--max-running-requests", fmt.Sprint(c.MRR)}
+		"--context-length", fmt.Sprint(c.MaxModelLen), "--max-running-requests", fmt.Sprint(c.MRR),
+		// The seed counts reasoning tokens and checks tool calls: parsers on.
+		"--reasoning-parser", "glm45", "--tool-call-parser", "glm47"}
 	if !c.Prefix {
 		a = append(a, "--disable-radix-cache")
 	}
@@ -301,7 +303,8 @@ func (c *Calibrator) Faults(ctx context.Context, s *seed000) int {
 		}
 		warm := false
 		w := objective.Workload{Kind: "chat", Chat: objective.ChatSpec{Concurrency: c.Levels, Requests: mapReqs(c, c.Levels), MaxTokens: 256, Repeats: 1, Warmup: &warm},
-			Quality: objective.QualitySpec{Enabled: true}}
+			// MinPass 0: keep measuring after a failed gate, as the seed did.
+			Quality: objective.QualitySpec{Enabled: true, MinPass: 1e-9}}
 		w.HangTimeout = math.Max(5, 120/c.Speed)
 		rctx, cancel := context.WithCancel(ctx)
 		// Stop measuring when the simulated server dies, as the launcher would.

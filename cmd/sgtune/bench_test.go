@@ -227,7 +227,7 @@ func TestBenchAgainstSimulator(t *testing.T) {
 		t.Skip("SGTUNE_SKIP_SIM set")
 	}
 	url := startSim(t, "--model-path", "zai-org/GLM-5.3-Flash", "--tp-size", "4", "--tool-call-parser", "glm47",
-		"--reasoning-parser", "glm45", "--sim-speedup", "25")
+		"--reasoning-parser", "glm45", "--sim-speedup", "100")
 	var out, errb bytes.Buffer
 	a := &app{stdout: &out, stderr: &errb, getenv: os.Getenv}
 	code := a.execute(context.Background(), []string{"bench", "--url", url, "--concurrency", "1,16", "--requests", "4,32",
@@ -265,7 +265,7 @@ func TestBenchQualityAgainstCorruptingSimulator(t *testing.T) {
 		t.Skip("SGTUNE_SKIP_SIM set")
 	}
 	url := startSim(t, "--sim-profile", "glm-5.3-flash-h200x4", "--model-path", "zai-org/GLM-5.3-Flash", "--tp-size", "4",
-		"--tool-call-parser", "glm47", "--reasoning-parser", "glm45", "--disable-overlap-schedule", "--sim-speedup", "25")
+		"--tool-call-parser", "glm47", "--reasoning-parser", "glm45", "--disable-overlap-schedule", "--sim-speedup", "100")
 	var out, errb bytes.Buffer
 	a := &app{stdout: &out, stderr: &errb, getenv: os.Getenv}
 	code := a.execute(context.Background(), []string{"bench", "--url", url, "--concurrency", "1", "--requests", "2", "--repeats", "1", "--quality", "--json"})

@@ -68,6 +68,9 @@ func (a *app) execute(ctx context.Context, args []string) int {
 	if errors.As(err, &ue) || errors.Is(err, space.ErrInvalid) {
 		return exitUsage
 	}
+	if errors.As(err, new(interruptedError)) {
+		return exitInterrupted
+	}
 	return exitFailure
 }
 

@@ -46,6 +46,12 @@ type Server struct {
 	APIKey string
 	// QueueReqs is reported as sglang:num_queue_reqs by /metrics.
 	QueueReqs int
+	// RunLimit, when > 0, lets only this many streams produce tokens at
+	// once; the others wait in a queue (not reported by /server_info).
+	RunLimit int
+
+	slotsOnce sync.Once
+	slots     chan struct{}
 
 	requests atomic.Int64
 	mu       sync.Mutex
@@ -170,10 +176,19 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	send([]byte(`{"role":"assistant","content":"","reasoning_content":null,"tool_calls":null}`))
 
 	pieces, tools := s.output(&req)
+	ctx := r.Context()
+	if s.RunLimit > 0 {
+		s.slotsOnce.Do(func() { s.slots = make(chan struct{}, s.RunLimit) })
+		select {
+		case s.slots <- struct{}{}:
+			defer func() { <-s.slots }()
+		case <-ctx.Done():
+			return
+		}
+	}
 	if d := s.FirstTokenDelay - time.Since(start); d > 0 {
 		time.Sleep(d)
 	}
-	ctx := r.Context()
 	var delta []byte
 	completion := 0
 	for i, p := range pieces {

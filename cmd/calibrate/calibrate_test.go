@@ -1,0 +1,98 @@
+package main
+
+import (
+	"io"
+	"math"
+	"os"
+	"strings"
+	"testing"
+)
+
+func seed(t *testing.T) *seed000 {
+	t.Helper()
+	s, err := loadSeed000("../../testdata/profiles/calibration/seed000.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestShortCalibration is the short version of `make calibrate` run by
+// `make test`: one seed configuration at C1 and C16 with few requests at a
+// high speed-up, measured by objective.Run, against the seed's warm
+// repeats. One retry absorbs a burst of CPU contention on a shared host.
+func TestShortCalibration(t *testing.T) {
+	s := seed(t)
+	r := s.run("quad-ep4")
+	var rows []Row
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		cal := &Calibrator{Speed: 25, Out: io.Discard, Levels: []int{1, 16}, Requests: map[int]int{1: 4, 16: 16}}
+		rows, err = cal.Chat(t.Context(), r, true)
+		if err == nil && len(rows) == 2 && rows[0].OK() && rows[1].OK() {
+			break
+		}
+	}
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("rows %v, err %v", rows, err)
+	}
+	for _, row := range rows {
+		t.Logf("C%d: tok/s %.1f vs %.1f (%+.1f%%), TTFT p50 %.3f vs %.3f (%+.1f%%)", row.Conc, row.SimTokS, row.SeedTokS, row.TokDev()*100, row.SimTTFT50, row.SeedTTFT50, row.TTFTDev()*100)
+		if !row.OK() {
+			t.Errorf("C%d outside tolerance (tok/s ±10%%, TTFT ±25%%)", row.Conc)
+		}
+	}
+}
+
+// TestColdStart: without a warm-up the first requests are cold, as the
+// seed's r1 repeats (TTFT 11-14 s).
+func TestColdStart(t *testing.T) {
+	s := seed(t)
+	cal := &Calibrator{Speed: 50, Out: io.Discard, Levels: []int{1}, Requests: map[int]int{1: 3}}
+	rows, err := cal.Chat(t.Context(), s.run("quad-ep4"), false)
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("rows %v, err %v", rows, err)
+	}
+	if rows[0].SimTTFT99 < 8 || rows[0].SimTTFT50 > 2 {
+		t.Errorf("cold r1 TTFT p50 %.2f s p99 %.2f s; want one cold request (>8 s) and warm others", rows[0].SimTTFT50, rows[0].SimTTFT99)
+	}
+}
+
+func TestSeedArgv(t *testing.T) {
+	s := seed(t)
+	got := strings.Join(s.run("quad-ep4-mtp5").Argv(), " ")
+	for _, want := range []string{"--tp-size 4", "--ep-size 4", "--mem-fraction-static 0.78", "--max-mamba-cache-size 256", "--speculative-algorithm EAGLE", "--speculative-num-steps 5", "--speculative-num-draft-tokens 6"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("argv %q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(strings.Join(s.run("reproduce").Argv(), " "), "--max-mamba-cache-size") {
+		t.Error("reproduce must use the default pool (running cap with radix off)")
+	}
+}
+
+func TestLoadSeed004(t *testing.T) {
+	cells, err := loadSeed004("../../testdata/profiles/calibration/seed004.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cells) != 64 {
+		t.Fatalf("%d cells, want 64", len(cells))
+	}
+	if c := cells[0]; c.Context != 8192 || c.Conc != 1 || c.Status != "Valid" || math.Abs(c.TotalTokS-190.7) > 1e-9 {
+		t.Errorf("first cell %+v", c)
+	}
+}
+
+// TestLongCalibration runs the full seed-000 comparison (SGTUNE_LONG=1).
+func TestLongCalibration(t *testing.T) {
+	if os.Getenv("SGTUNE_LONG") == "" {
+		t.Skip("set SGTUNE_LONG=1")
+	}
+	var out strings.Builder
+	code := run(t.Context(), []string{"--seed000", "../../testdata/profiles/calibration/seed000.json", "--seed004", "../../testdata/profiles/calibration/seed004.txt", "--faults", "--matrix", "--strict"}, &out, &out)
+	t.Log(out.String())
+	if code != 0 {
+		t.Errorf("exit %d", code)
+	}
+}

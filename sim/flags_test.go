@@ -1,0 +1,92 @@
+package sim
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseArgs(t *testing.T) {
+	base := "--model-path m "
+	cases := []struct {
+		name string
+		argv string
+		want map[string]any // subset of Values
+		err  string         // substring of the argparse error
+	}{
+		{"long flags", base + "--tp-size 4 --ep-size 4", map[string]any{"tp_size": 4, "ep_size": 4}, ""},
+		{"equals form", base + "--tp-size=2 --mem-fraction-static=0.78", map[string]any{"tp_size": 2, "mem_fraction_static": 0.78}, ""},
+		{"abbreviation tp", base + "--tp 4", map[string]any{"tp_size": 4}, ""},
+		{"abbreviation dp", base + "--dp 2", map[string]any{"dp_size": 2}, ""},
+		{"explicit alias ep", base + "--ep 4", map[string]any{"ep_size": 4}, ""},
+		{"alias model", "--model m2", map[string]any{"model_path": "m2"}, ""},
+		{"alias tensor-parallel-size", base + "--tensor-parallel-size 8", map[string]any{"tp_size": 8}, ""},
+		{"unique prefix", base + "--disable-radix", map[string]any{"disable_radix_cache": true}, ""},
+		{"store_true", base + "--disable-cuda-graph --enable-metrics", map[string]any{"disable_cuda_graph": true, "enable_metrics": true}, ""},
+		{"human readable int", base + "--max-prefill-tokens 16k --context-length 1Ki", map[string]any{"max_prefill_tokens": 16000, "context_length": 1024}, ""},
+		{"spec upper-cased", base + "--speculative-algorithm eagle", map[string]any{"speculative_algorithm": "EAGLE"}, ""},
+		{"nargs plus", base + "--cuda-graph-bs 1 2 4 --tp 4", map[string]any{"cuda_graph_bs_decode": []int{1, 2, 4}, "tp_size": 4}, ""},
+		{"deprecated alias", base + "--cuda-graph-max-bs 64", map[string]any{"cuda_graph_max_bs_decode": 64}, ""},
+		{"old strategy name", base + "--mamba-scheduler-strategy no_buffer", map[string]any{"mamba_radix_cache_strategy": "no_buffer"}, ""},
+		{"sim flags", base + "--sim-profile x --sim-speedup 25", map[string]any{"sim_profile": "x", "sim_speedup": 25.0}, ""},
+		{"negative number value", base + "--chunked-prefill-size -1", map[string]any{"chunked_prefill_size": -1}, ""},
+		{"unknown flag", base + "--enable-radix-cache", nil, "unrecognized arguments: --enable-radix-cache"},
+		{"positional", base + "extra", nil, "unrecognized arguments: extra"},
+		{"ambiguous prefix", base + "--speculative-num 3", nil, "ambiguous option: --speculative-num could match --speculative-num-draft-tokens, --speculative-num-steps"},
+		{"missing value", base + "--tp-size", nil, "argument --tp-size/--tensor-parallel-size: expected one argument"},
+		{"value is an option", base + "--tp-size --ep 4", nil, "expected one argument"},
+		{"bad int", base + "--tp-size four", nil, "argument --tp-size/--tensor-parallel-size: invalid int value: 'four'"},
+		{"bad float", base + "--mem-fraction-static high", nil, "invalid float value: 'high'"},
+		{"bad choice", base + "--kv-cache-dtype fp7", nil, "invalid choice: 'fp7' (choose from 'auto', 'fp8_e5m2'"},
+		{"bool with value", base + "--disable-radix-cache=1", nil, "ignored explicit argument '1'"},
+		{"missing model", "--tp 4", nil, "the following arguments are required: --model-path/--model"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a, err := ParseArgs(strings.Fields(c.argv))
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("error %v, want %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range c.want {
+				if !reflect.DeepEqual(a.Values[k], v) {
+					t.Errorf("%s = %#v, want %#v", k, a.Values[k], v)
+				}
+			}
+		})
+	}
+}
+
+// TestMainUsageError: argparse errors print usage and exit 2.
+func TestMainUsageError(t *testing.T) {
+	var out, errb strings.Builder
+	code := Main(t.Context(), []string{"--model-path", "m", "--bogus"}, &out, &errb, Options{})
+	if code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	if !strings.HasPrefix(errb.String(), "usage: sglang serve") || !strings.Contains(errb.String(), "sglang serve: error: unrecognized arguments: --bogus") {
+		t.Fatalf("stderr %q", errb.String())
+	}
+	for _, argv := range [][]string{{"--model-path", "m", "--sim-speedup", "0"}, {"--model-path", "m", "--sim-profile", "nope"}} {
+		if code := Main(t.Context(), argv, &out, &errb, Options{}); code != 2 {
+			t.Errorf("%v: exit %d, want 2", argv, code)
+		}
+	}
+}
+
+func FuzzParseArgs(f *testing.F) {
+	for _, s := range []string{"--model-path m --tp 4", "--tp=4 --ep", "--cuda-graph-bs 1 2 --x", "--max-prefill-tokens 1Ki", "--model=--tp"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := ParseArgs(strings.Fields(s))
+		if err == nil && a.String("model_path", "") == "" && a.Values["model_path"] == nil {
+			t.Fatalf("parsed without model path: %q", s)
+		}
+	})
+}
