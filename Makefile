@@ -9,7 +9,7 @@ export GOFLAGS := $(if $(SQLITE_TAG),-tags=$(SQLITE_TAG)) -buildvcs=false
 # The study files name their engines as commands on PATH (sglang-sim here).
 export PATH := $(CURDIR)/bin:$(PATH)
 
-.PHONY: all build test demo lint calibrate bench-loadgen clean
+.PHONY: all build test demo lint soak calibrate bench-loadgen clean
 
 all: build
 
@@ -31,6 +31,10 @@ demo: build
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+
+# 50 short trials with random faults and three kill -9s of the tuner.
+soak:
+	SGTUNE_LONG=1 $(GO) test -count=1 -timeout 20m -run TestSoak -v ./cmd/sgtune
 
 calibrate: build
 	$(GO) run ./cmd/calibrate

@@ -106,11 +106,97 @@ func runChat(ctx context.Context, c *client, model string, w Workload, opt Optio
 			}
 		}
 	}
+	if cs := spec.CapacitySearch; cs != nil {
+		measure := func(conc, n int) (Point, error) {
+			if *spec.Warmup {
+				bodies, err := bodiesFor(prompts(conc, 0, min(conc, n)), min(spec.MaxTokens, 32))
+				if err != nil {
+					return Point{}, err
+				}
+				b, err := c.closedLoop(ctx, bodies, conc, hang, false)
+				wp, _ := b.point("warmup", conc, 0, 0)
+				res.Warmup = append(res.Warmup, wp)
+				if err != nil {
+					return Point{}, err
+				}
+			}
+			bodies, err := bodiesFor(prompts(conc, 1000, n), spec.MaxTokens)
+			if err != nil {
+				return Point{}, err
+			}
+			b, err := c.closedLoop(ctx, bodies, conc, hang, false)
+			p, recs := b.point(PhaseCapacity, conc, 1, 0)
+			res.Points = append(res.Points, p)
+			res.Requests = append(res.Requests, recs...)
+			opt.progress("capacity probe %s", progressLine(p, 1))
+			return p, err
+		}
+		if err := searchCapacity(res.Points, spec, cs, measure, opt); err != nil {
+			return fmt.Errorf("capacity search: %w", err)
+		}
+	}
 	if w.Quality.Enabled {
 		if err := runGate(ctx, c, model, w, opt, res, "after"); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// PhaseCapacity marks the points of the capacity bisection.
+const PhaseCapacity = "capacity"
+
+// searchCapacity bisects between the highest measured level meeting the
+// SLO and the next measured level above it, measuring one repeat per
+// probe, until the bracket is within 1/16 of the lower level or MaxProbes
+// probes were made.
+func searchCapacity(points []Point, spec ChatSpec, cs *CapacitySearch, measure func(conc, n int) (Point, error), opt Options) error {
+	levels := map[int][]Point{}
+	for _, p := range points {
+		if p.Phase == "" {
+			levels[p.Concurrency] = append(levels[p.Concurrency], p)
+		}
+	}
+	good := func(pts []Point) bool { return failedPoints(pts) == "" && sloViolation(cs.SLO, pts) == "" }
+	lo, hi, loN := 0, 0, 0
+	for i, c := range spec.Concurrency {
+		pts, ok := levels[c]
+		if !ok {
+			continue
+		}
+		if good(pts) {
+			if hi == 0 {
+				lo, loN = c, spec.Requests[i]
+			}
+		} else if lo > 0 && hi == 0 {
+			hi = c
+		}
+	}
+	if lo == 0 || hi == 0 {
+		opt.progress("capacity search: nothing to bisect (lowest passing level %d, first failing level above it %d)", lo, hi)
+		return nil
+	}
+	probes := cs.MaxProbes
+	if probes == 0 {
+		probes = 3
+	}
+	for range probes {
+		if hi-lo <= max(1, lo/16) {
+			break
+		}
+		mid := (lo + hi) / 2
+		n := max(mid, loN*mid/lo)
+		p, err := measure(mid, n)
+		if err != nil {
+			return err
+		}
+		if good([]Point{p}) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	opt.progress("capacity search: highest concurrency meeting the SLO is between %d and %d", lo, hi-1)
 	return nil
 }
 

@@ -73,6 +73,7 @@ func (w *watch) run(ctx context.Context, cancel context.CancelCauseFunc, hang ti
 type streamResult struct {
 	rec     RequestRecord
 	start   time.Time
+	usage   bool // a usage object arrived (token count exact)
 	itls    []float64
 	content strings.Builder
 	tools   []toolCall
@@ -168,6 +169,7 @@ func (c *client) stream(ctx context.Context, body []byte, w *watch, collect bool
 	}
 	if usage >= 0 {
 		rec.OutputTokens = usage
+		out.usage = true
 	} else {
 		rec.OutputTokens = counted
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,6 +67,20 @@ func runMatrix(ctx context.Context, c *client, model string, w Workload, opt Opt
 			return err
 		}
 	}
+	if *m.Warmup {
+		// One short request first: the first request after a server starts
+		// is cold (seed 000: 11-14 s), and would distort the first prefill.
+		body, err := chatBody(model, userMsg("Say hello."), 8, true, nil, nil)
+		if err != nil {
+			return err
+		}
+		b, err := c.closedLoop(ctx, [][]byte{body}, 1, hang, false)
+		wp, _ := b.point("warmup", 1, 0, 0)
+		res.Warmup = append(res.Warmup, wp)
+		if err != nil {
+			return fmt.Errorf("matrix warm-up: %w", err)
+		}
+	}
 	var runErr error
 	notRun := func(phase string, ctxLen, conc int, note string) {
 		res.Points = append(res.Points, Point{Phase: phase, Context: ctxLen, Concurrency: conc, Status: StatusNotRun, State: "skipped", Note: note})
@@ -102,6 +117,29 @@ func runMatrix(ctx context.Context, c *client, model string, w Workload, opt Opt
 			case skip != "":
 				notRun(PhaseDecode, ctxLen, conc, skip)
 				continue
+			}
+			if *m.Warmup {
+				body, err := chatBody(model, userMsg(base), min(8, m.MaxOutput), true, nil, nil)
+				if err != nil {
+					return err
+				}
+				bodies := make([][]byte, conc)
+				for i := range bodies {
+					bodies[i] = body
+				}
+				b, err := c.closedLoop(ctx, bodies, conc, hang, false)
+				wp, _ := b.point("warmup", conc, 0, ctxLen)
+				res.Warmup = append(res.Warmup, wp)
+				if err != nil {
+					runErr = fmt.Errorf("warm-up at context %d concurrency %d: %w", ctxLen, conc, err)
+					notRun(PhaseDecode, ctxLen, conc, "warm-up failed: "+err.Error())
+					continue
+				}
+				if wp.Failed > 0 {
+					skip = fmt.Sprintf("warm-up at concurrency %d: %d requests failed: %s", conc, wp.Failed, b.firstError())
+					notRun(PhaseDecode, ctxLen, conc, skip)
+					continue
+				}
 			}
 			p, recs, err := c.decodeCell(ctx, model, base, ctxLen, conc, m, hang, maxRun)
 			res.Points = append(res.Points, p)
@@ -299,18 +337,28 @@ func (c *client) decodeCell(ctx context.Context, model, base string, ctxLen, con
 	if maxRun > 0 && conc > maxRun {
 		why = append(why, fmt.Sprintf("%d requests > server max running %d", conc, maxRun))
 	}
-	if q := qp.max.Load(); q > 0 {
-		why = append(why, fmt.Sprintf("the server queue held up to %d requests in the second half of the cell", q))
+	if qp.persistent() {
+		why = append(why, fmt.Sprintf("the server queue held requests (up to %d) in %d of %d samples in the second half of the cell", qp.max.Load(), qp.queued.Load(), qp.samples.Load()))
 	}
-	// Requests that wait in a queue stream no tokens: in steady state (the
-	// second half of the cell, after the first-token wave) fewer than conc
-	// requests streaming means the server could not run them all at once.
-	if s := streamingAvg(results, start, dur/2, dur); s < 0.9*float64(conc) {
-		why = append(why, fmt.Sprintf("%.2f of %d requests streaming on average in the second half of the cell", s, conc))
+	// Requests waiting in a queue stream no tokens: if all conc requests
+	// never streamed at the same moment, the server could not run them all
+	// at once. (An average would also count the brief prefill wait of each
+	// re-issued request, which is not queueing.)
+	if n := maxStreaming(results); n < conc {
+		why = append(why, fmt.Sprintf("at most %d of %d requests streamed at once", n, conc))
 	}
 	if len(why) > 0 {
 		p.Status = StatusQueued
 		p.Note = strings.Join(why, "; ")
+	}
+	estimated := 0
+	for i, r := range results {
+		if cut[i] && !r.usage && r.rec.OutputTokens > 0 {
+			estimated++
+		}
+	}
+	if estimated > 0 {
+		p.Note = strings.TrimPrefix(p.Note+"; "+fmt.Sprintf("%d cut requests counted by chunks (the server sent no continuous usage): tokens are a lower bound", estimated), "; ")
 	}
 	if err == nil && p.Failed > 0 {
 		p.Note = strings.TrimPrefix(p.Note+"; "+firstErr(results), "; ")
@@ -333,6 +381,16 @@ type queuePoller struct {
 	c    *client
 	from time.Time // samples before this are ignored (the first-token wave)
 	max  atomic.Int64
+	// samples and queued count the samples after from, and those with a
+	// non-empty queue.
+	samples, queued atomic.Int64
+}
+
+// persistent reports a queue seen in at least half of the steady-state
+// samples: a re-issued request waiting for its prefill is not queueing.
+func (q *queuePoller) persistent() bool {
+	n := q.samples.Load()
+	return n > 0 && 2*q.queued.Load() >= n
 }
 
 func (q *queuePoller) run(ctx context.Context) {
@@ -343,8 +401,14 @@ func (q *queuePoller) run(ctx context.Context) {
 		if err != nil {
 			return // no metrics endpoint: rely on the other signals
 		}
-		if n > q.max.Load() && time.Now().After(q.from) {
-			q.max.Store(n)
+		if time.Now().After(q.from) {
+			q.samples.Add(1)
+			if n > 0 {
+				q.queued.Add(1)
+			}
+			if n > q.max.Load() {
+				q.max.Store(n)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -386,29 +450,35 @@ func parseQueueMetric(sc *bufio.Scanner) int64 {
 	return int64(sum)
 }
 
-// streamingAvg is the time-average number of requests between their first
-// token and their end over [start+from, start+to].
-func streamingAvg(rs []*streamResult, start time.Time, from, to time.Duration) float64 {
-	if to <= from {
-		return 0
+// maxStreaming is the largest number of requests that were between their
+// first token and their end at the same moment.
+func maxStreaming(rs []*streamResult) int {
+	type edge struct {
+		t     time.Time
+		delta int
 	}
-	w0, w1 := start.Add(from), start.Add(to)
-	var sum time.Duration
+	var es []edge
 	for _, r := range rs {
 		if r.rec.TTFT <= 0 {
 			continue
 		}
 		a := r.start.Add(time.Duration(r.rec.TTFT * float64(time.Second)))
 		b := r.start.Add(time.Duration(r.rec.Latency * float64(time.Second)))
-		if a.Before(w0) {
-			a = w0
+		if !b.After(a) {
+			b = a.Add(time.Nanosecond)
 		}
-		if b.After(w1) {
-			b = w1
-		}
-		if b.After(a) {
-			sum += b.Sub(a)
-		}
+		es = append(es, edge{a, 1}, edge{b, -1})
 	}
-	return float64(sum) / float64(to-from)
+	sort.Slice(es, func(i, j int) bool {
+		if es[i].t.Equal(es[j].t) {
+			return es[i].delta < es[j].delta // ends before starts at the same instant
+		}
+		return es[i].t.Before(es[j].t)
+	})
+	n, best := 0, 0
+	for _, e := range es {
+		n += e.delta
+		best = max(best, n)
+	}
+	return best
 }

@@ -182,6 +182,10 @@ func (w Workload) WithDefaults() Workload {
 	if m.MaxOutput == 0 {
 		m.MaxOutput = 4096
 	}
+	if m.Warmup == nil {
+		on := true
+		m.Warmup = &on
+	}
 	q := &w.Quality
 	if q.JSONRequests == 0 {
 		q.JSONRequests = 24
@@ -218,6 +222,14 @@ func (w Workload) Validate() error {
 		}
 		if ch.MaxTokens < 1 || ch.Repeats < 1 || ch.PromptTokens < 1 {
 			return bad("chat: max_tokens, repeats and prompt_tokens must be >= 1")
+		}
+		if cs := ch.CapacitySearch; cs != nil {
+			if len(cs.SLO) == 0 || cs.MaxProbes < 0 {
+				return bad("chat: capacity_search needs an slo and max_probes >= 0")
+			}
+			if err := (ScoreSpec{SLO: cs.SLO}).Validate(); err != nil {
+				return bad("chat: capacity_search: %v", err)
+			}
 		}
 	}
 	if w.Kind == "matrix" {

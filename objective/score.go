@@ -50,7 +50,7 @@ func Score(spec ScoreSpec, r *Result) (value float64, ok bool, reason string) {
 	}
 	switch spec.Metric {
 	case MetricCapacity:
-		conc, tokS, ok, why := capacity(spec, levels)
+		conc, tokS, ok, why := capacity(spec, withProbes(levels, r))
 		if !ok {
 			return 0, false, why
 		}
@@ -211,7 +211,7 @@ func capacity(spec ScoreSpec, levels map[int][]Point) (conc int, tokS float64, o
 // passed and whose SLOs hold, with its median output tok/s.
 func Capacity(spec ScoreSpec, r *Result) (conc int, tokS float64, ok bool) {
 	levels, _ := scoredLevels(r, spec.Context)
-	conc, tokS, ok, _ = capacity(spec, levels)
+	conc, tokS, ok, _ = capacity(spec, withProbes(levels, r))
 	return conc, tokS, ok
 }
 
@@ -267,4 +267,18 @@ func goodput(slos []SLO, pts []Point, recs []RequestRecord, conc, ctxLen int) (f
 		return 0, 0, fmt.Sprintf("no measured repeat at c=%d", conc)
 	}
 	return median(xs), len(xs), ""
+}
+
+// withProbes adds the capacity-search probes to the measured levels.
+func withProbes(levels map[int][]Point, r *Result) map[int][]Point {
+	out := map[int][]Point{}
+	for c, pts := range levels {
+		out[c] = pts
+	}
+	for _, p := range r.Points {
+		if p.Phase == PhaseCapacity {
+			out[p.Concurrency] = append(out[p.Concurrency], p)
+		}
+	}
+	return out
 }

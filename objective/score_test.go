@@ -1,9 +1,13 @@
 package objective
 
 import (
+	"context"
 	"math"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sgtune/sgtune/objective/fakesse"
 )
 
 // sweep builds a result with 3 passed repeats at each level; tokS and
@@ -73,4 +77,47 @@ func TestScore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCapacitySearch: a server that runs 8 streams at once makes later
+// requests wait a whole stream (>= 120 ms); the bisection between the
+// measured 4 (passes) and 16 (fails) finds 8.
+func TestCapacitySearch(t *testing.T) {
+	srv := &fakesse.Server{RunLimit: 8, TokenInterval: 10 * time.Millisecond}
+	slo := []SLO{{Metric: "ttft", Percentile: "p99", Max: 0.06}}
+	w := Workload{Chat: ChatSpec{Concurrency: []int{4, 16}, Requests: []int{4, 16}, MaxTokens: 12, Repeats: 1, Warmup: boolp(false),
+		CapacitySearch: &CapacitySearch{SLO: slo, MaxProbes: 4}}}
+	var lines []string
+	res, err := Run(context.Background(), fake(t, srv), w, Options{Progress: func(l string) { lines = append(lines, l) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var probes []int
+	for _, p := range res.Points {
+		if p.Phase == PhaseCapacity {
+			probes = append(probes, p.Concurrency)
+		}
+	}
+	// 4 ok / 16 bad -> 10 bad -> 7 ok -> 8 ok -> 9 bad.
+	if want := []int{10, 7, 8, 9}; !equalInts(probes, want) {
+		t.Errorf("probes %v, want %v\n%s", probes, want, strings.Join(lines, "\n"))
+	}
+	if v, ok, why := Score(ScoreSpec{Metric: MetricCapacity, SLO: slo}, res); !ok || v != 8 {
+		t.Errorf("capacity = %v %v %s, want 8", v, ok, why)
+	}
+	if len(res.Medians) != 2 {
+		t.Errorf("medians %v: probes must not be in them", res.Medians)
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }

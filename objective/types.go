@@ -32,6 +32,18 @@ type ChatSpec struct {
 	PromptsFile  string `yaml:"prompts_file" json:"prompts_file,omitempty"`
 	ReusePrompts bool   `yaml:"reuse_prompts" json:"reuse_prompts"`
 	IgnoreEOS    bool   `yaml:"ignore_eos" json:"ignore_eos"`
+	// CapacitySearch, when set, bisects between the measured levels after
+	// the sweep, while the server is up, for the highest concurrency that
+	// still meets its SLO (points with Phase "capacity").
+	CapacitySearch *CapacitySearch `yaml:"capacity_search" json:"capacity_search,omitempty"`
+}
+
+// CapacitySearch configures the bisection for the capacity score.
+type CapacitySearch struct {
+	// SLO to hold; usually the study's score SLO.
+	SLO []SLO `yaml:"slo" json:"slo"`
+	// MaxProbes bounds the extra measurements (default 3).
+	MaxProbes int `yaml:"max_probes" json:"max_probes"`
 }
 
 // MatrixSpec is the seed-004 context x concurrency speed matrix.
@@ -40,6 +52,10 @@ type MatrixSpec struct {
 	Concurrency []int   `yaml:"concurrency" json:"concurrency"`
 	DurationS   float64 `yaml:"duration_s" json:"duration_s"`
 	MaxOutput   int     `yaml:"max_output" json:"max_output"`
+	// Warmup sends each cell's requests once with a short output before
+	// measuring it (uncounted; default on): the batch size is not cold and
+	// the prompt is in the prefix cache.
+	Warmup *bool `yaml:"warmup" json:"warmup"`
 }
 
 // QualitySpec configures the structured-output and tool-call gates.

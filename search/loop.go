@@ -221,15 +221,16 @@ func (r *runner) worker(ctx context.Context, gpus []int) error {
 func (r *runner) claim() (*Record, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.retries) > 0 {
-		rec := r.retries[0]
-		r.retries = r.retries[1:]
-		return &rec, true // retries re-run trials the budget already counted
-	}
 	if r.launched >= r.budget {
 		return nil, false
 	}
 	r.launched++
+	if len(r.retries) > 0 {
+		// An interrupted trial never counted as launched; its re-run does.
+		rec := r.retries[0]
+		r.retries = r.retries[1:]
+		return &rec, true
+	}
 	return nil, true
 }
 

@@ -56,6 +56,7 @@ const (
 	attrRetryOf     = "sgtune.retry_of"
 	attrEngine      = "sgtune.engine"
 	attrVersion     = "sgtune.engine_version"
+	attrLaunchCmd   = "sgtune.launch_command"
 	attrRejections  = "sgtune.rejections"
 	attrDurationS   = "sgtune.duration_s"
 )
@@ -76,6 +77,7 @@ type Record struct {
 	GPUs         string                 `json:"gpus,omitempty"`
 	Engine       []string               `json:"engine_command,omitempty"`
 	Version      string                 `json:"engine_version,omitempty"`
+	LaunchCmd    []string               `json:"launch_command,omitempty"`
 	Config       json.RawMessage        `json:"config,omitempty"`
 	Argv         []string               `json:"argv,omitempty"`
 	Facts        json.RawMessage        `json:"facts,omitempty"`
@@ -164,6 +166,7 @@ func decode(t goptuna.FrozenTrial) Record {
 		r.DurationS, _ = strconv.ParseFloat(s, 64)
 	}
 	_ = json.Unmarshal([]byte(ua[attrEngine]), &r.Engine)
+	_ = json.Unmarshal([]byte(ua[attrLaunchCmd]), &r.LaunchCmd)
 	_ = json.Unmarshal([]byte(ua[attrArgv]), &r.Argv)
 	if s := ua[attrConfig]; s != "" {
 		r.Config = json.RawMessage(s)

@@ -75,6 +75,10 @@ func (r *runner) runTrial(ctx context.Context, gpus []int, retry *Record) (launc
 	engineJSON, _ := json.Marshal(r.st.Engine.Command)
 	_ = r.store.SetTrialUserAttr(id, attrConfig, string(cfgJSON))
 	_ = r.store.SetTrialUserAttr(id, attrEngine, string(engineJSON))
+	if lc := r.st.Engine.LaunchCommand; len(lc) > 0 {
+		b, _ := json.Marshal(lc)
+		_ = r.store.SetTrialUserAttr(id, attrLaunchCmd, string(b))
+	}
 	if v := r.st.Engine.Version; v != "" {
 		_ = r.store.SetTrialUserAttr(id, attrVersion, v)
 	}

@@ -502,7 +502,10 @@ func (e *Engine) plan() (float64, func()) {
 		for _, s := range batch {
 			allHealth = allHealth && s.Health
 		}
-		dur += e.cold("p", running, allHealth)
+		// The batch shape the scheduler compiles for follows the load in
+		// flight (running, queued and arriving), capped by the running cap.
+		inflight := min(running+len(e.waiting)+len(e.pending), e.pl.EffectiveMRR)
+		dur += e.cold("p", inflight, allHealth)
 		e.logPrefill(batch, toks)
 		return dur, func() {
 			for _, s := range batch {

@@ -246,7 +246,8 @@ type chatRequest struct {
 	} `json:"messages"`
 	Stream        bool `json:"stream"`
 	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
+		IncludeUsage         bool `json:"include_usage"`
+		ContinuousUsageStats bool `json:"continuous_usage_stats"`
 	} `json:"stream_options"`
 	MaxTokens           *int `json:"max_tokens"`
 	MaxCompletionTokens *int `json:"max_completion_tokens"`
@@ -366,13 +367,14 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n := s.reqSeq.Add(1)
-	seed := hashString(ptxt) ^ n*0x9e3779b97f4a7c15
+	key := hashString(ptxt)
+	seed := key ^ n*0x9e3779b97f4a7c15
 	plan, errMsg := s.planOutput(&req, lastUser, seed)
 	if errMsg != "" {
 		writeJSON(w, 400, errorBody(errMsg, 400))
 		return
 	}
-	seq := &Seq{Prompt: promptTok, PromptKey: hashString(ptxt), Notify: make(chan struct{}, 1)}
+	seq := &Seq{Prompt: promptTok, PromptKey: key, Notify: make(chan struct{}, 1)}
 	natural := maxTok == 0
 	if natural {
 		maxTok = min(ctxLen-promptTok, 4096)
@@ -402,7 +404,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	id := newID()
 	if req.Stream {
 		incl := s.pl.DefaultIncludeUsage || (req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
-		s.stream(w, r, seq, plan, id, incl)
+		cont := req.StreamOptions != nil && req.StreamOptions.ContinuousUsageStats
+		s.stream(w, r, seq, plan, id, incl, cont)
 	} else {
 		s.complete(w, r, seq, plan, id)
 	}
@@ -542,6 +545,25 @@ func corruptJSON(txt string) string {
 type chunkWriter struct {
 	prefix []byte // data: {"id":...,"choices":[{"index":0,"delta":
 	buf    []byte
+	// continuous_usage_stats: usage on every chunk.
+	continuous bool
+	prompt     int
+	gen        int
+}
+
+// tail closes a delta chunk, with usage when continuous usage is asked.
+func (c *chunkWriter) tail() {
+	if !c.continuous {
+		c.buf = append(c.buf, chunkTail...)
+		return
+	}
+	c.buf = append(c.buf, `,"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":{"prompt_tokens":`...)
+	c.buf = strconv.AppendInt(c.buf, int64(c.prompt), 10)
+	c.buf = append(c.buf, `,"total_tokens":`...)
+	c.buf = strconv.AppendInt(c.buf, int64(c.prompt+c.gen), 10)
+	c.buf = append(c.buf, `,"completion_tokens":`...)
+	c.buf = strconv.AppendInt(c.buf, int64(c.gen), 10)
+	c.buf = append(c.buf, "}}\n\n"...)
 }
 
 const chunkTail = `,"logprobs":null,"finish_reason":null,"matched_stop":null}]}` + "\n\n"
@@ -556,7 +578,7 @@ func newChunkWriter(id, model string, created int64) *chunkWriter {
 func (c *chunkWriter) role() {
 	c.buf = append(c.buf, c.prefix...)
 	c.buf = append(c.buf, `{"reasoning_content":null,"role":"assistant","content":""}`...)
-	c.buf = append(c.buf, chunkTail...)
+	c.tail()
 }
 
 func (c *chunkWriter) text(kind pieceKind, txt string) {
@@ -570,7 +592,7 @@ func (c *chunkWriter) text(kind pieceKind, txt string) {
 		c.buf = append(c.buf, txt...)
 		c.buf = append(c.buf, `"}`...)
 	}
-	c.buf = append(c.buf, chunkTail...)
+	c.tail()
 }
 
 func (c *chunkWriter) tool(id, name, args string) {
@@ -631,13 +653,15 @@ func (s *Server) finishFields(seq *Seq, plan *outputPlan) (string, any) {
 	return reason, matched
 }
 
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, seq *Seq, plan *outputPlan, id string, inclUsage bool) {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, seq *Seq, plan *outputPlan, id string, inclUsage, continuous bool) {
 	fl, _ := w.(http.Flusher)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	w.WriteHeader(200)
 	cw := newChunkWriter(id, s.pl.ServedModelName, time.Now().Unix())
+	cw.continuous = continuous
+	cw.prompt = seq.Prompt
 	sent, reasoning := 0, 0
 	for {
 		select {
@@ -674,6 +698,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, seq *Seq, plan *
 				}
 				txt.Reset()
 			}
+			cw.gen = g
 			for i := sent; i < g; i++ {
 				p := plan.at(i)
 				if p.kind == pReason {

@@ -115,38 +115,51 @@ func (d *dec) study(st *Study, root *yaml.Node) {
 	d.launch(st, m)
 }
 
+// command decodes an engine command: a shell-style string or a list of words,
+// never with --host/--port (the launcher adds them).
+func (d *dec) command(m *mapNode, key string, n *yaml.Node) []string {
+	var words []string
+	switch {
+	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str":
+		var err error
+		words, err = splitShell(n.Value)
+		if err != nil || len(words) == 0 {
+			m.failKey(key, "cannot split %q: %v; valid: a shell-style command line", n.Value, err)
+		}
+	case n.Kind == yaml.SequenceNode && len(n.Content) > 0:
+		for i, c := range n.Content {
+			if s, ok := d.scalarString(c, fmt.Sprintf("engine.%s[%d]", key, i)); ok {
+				words = append(words, s)
+			}
+		}
+	default:
+		m.failKey(key, "got %s; valid: a string or a non-empty list of words", kindName(n))
+	}
+	for _, w := range words {
+		if w == "--host" || w == "--port" || strings.HasPrefix(w, "--host=") || strings.HasPrefix(w, "--port=") {
+			m.failKey(key, "contains %s; valid: a command without --host/--port (the launcher adds them)", w)
+		}
+	}
+	return words
+}
+
 func (d *dec) engine(st *Study, top *mapNode) {
 	if !top.has("engine") {
 		top.failKey("engine", "missing; valid: engine: {name: sglang, command: python3 -m sglang.launch_server}")
 		return
 	}
-	m := d.mapping(top.node("engine"), "engine", "name", "command", "version", "env", "flags_schema")
+	m := d.mapping(top.node("engine"), "engine", "name", "command", "launch_command", "version", "env", "flags_schema")
 	st.Engine.Name = "sglang"
 	if m.str("name", &st.Engine.Name) && st.Engine.Name != "sglang" {
 		m.failKey("name", "%q; valid: sglang", st.Engine.Name)
 	}
-	switch n := m.node("command"); {
-	case n == nil:
+	if n := m.node("command"); n == nil {
 		m.failKey("command", "missing; valid: a command such as python3 -m sglang.launch_server, sglang serve, or a list of words")
-	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str":
-		words, err := splitShell(n.Value)
-		if err != nil || len(words) == 0 {
-			m.failKey("command", "cannot split %q: %v; valid: a shell-style command line", n.Value, err)
-		}
-		st.Engine.Command = words
-	case n.Kind == yaml.SequenceNode && len(n.Content) > 0:
-		for i, c := range n.Content {
-			if s, ok := d.scalarString(c, fmt.Sprintf("engine.command[%d]", i)); ok {
-				st.Engine.Command = append(st.Engine.Command, s)
-			}
-		}
-	default:
-		m.failKey("command", "got %s; valid: a string or a non-empty list of words", kindName(n))
+	} else {
+		st.Engine.Command = d.command(m, "command", n)
 	}
-	for _, w := range st.Engine.Command {
-		if w == "--host" || w == "--port" || strings.HasPrefix(w, "--host=") || strings.HasPrefix(w, "--port=") {
-			m.failKey("command", "contains %s; valid: a command without --host/--port (the launcher adds them)", w)
-		}
+	if n := m.node("launch_command"); n != nil {
+		st.Engine.LaunchCommand = d.command(m, "launch_command", n)
 	}
 	m.str("version", &st.Engine.Version)
 	if n := m.node("env"); n != nil {

@@ -41,10 +41,13 @@ type Study struct {
 
 // Engine says how to start the serving engine.
 type Engine struct {
-	Name    string            // sglang
-	Command []string          // e.g. [python3 -m sglang.launch_server] or [sglang-sim --sim-profile X]
-	Version string            // version or image digest to pin (recorded)
-	Env     map[string]string // extra environment
+	Name    string   // sglang
+	Command []string // e.g. [python3 -m sglang.launch_server] or [sglang-sim --sim-profile X]
+	// LaunchCommand is what exported launch scripts run; empty means Command.
+	// A study tuned through a simulator or a wrapper deploys with the real one.
+	LaunchCommand []string
+	Version       string            // version or image digest to pin (recorded)
+	Env           map[string]string // extra environment
 }
 
 // Budget bounds the search.

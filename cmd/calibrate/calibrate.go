@@ -184,6 +184,10 @@ type Calibrator struct {
 	Repeats int
 	// SimLog receives the simulator's output (default: discarded).
 	SimLog io.Writer
+	// Contexts limits the matrix to these contexts (nil: all).
+	Contexts map[int]bool
+	// Verbose prints per-cell details.
+	Verbose bool
 }
 
 // simServer is an in-process sglang-sim.
@@ -418,6 +422,9 @@ func (c *Calibrator) Matrix(ctx context.Context, cells []matrixCell) (int, error
 	ctxs, concs := []int{}, []int{1, 2, 4, 8, 16, 32, 64, 128}
 	seen := map[int]bool{}
 	for _, cl := range cells {
+		if c.Contexts != nil && !c.Contexts[cl.Context] {
+			continue
+		}
 		if !seen[cl.Context] {
 			seen[cl.Context] = true
 			ctxs = append(ctxs, cl.Context)
@@ -439,6 +446,9 @@ func (c *Calibrator) Matrix(ctx context.Context, cells []matrixCell) (int, error
 	}
 	bad := 0
 	for _, cl := range cells {
+		if c.Contexts != nil && !c.Contexts[cl.Context] {
+			continue
+		}
 		p, ok := got[[2]int{cl.Context, cl.Conc}]
 		simStatus, simTok := "missing", 0.0
 		if ok {
@@ -460,6 +470,9 @@ func (c *Calibrator) Matrix(ctx context.Context, cells []matrixCell) (int, error
 			dev = fmt.Sprintf("%+6.1f%%", rel(simTok, cl.TotalTokS)*100)
 		}
 		fmt.Fprintf(c.Out, "  %5dK x %-3d sim %-15s %8.1f | seed %-15s %8.1f %s%s\n", cl.Context/1024, cl.Conc, simStatus, simTok, cl.Status, cl.TotalTokS, dev, mark)
+		if c.Verbose && ok {
+			fmt.Fprintf(c.Out, "      issued %d completed %d cut %d tokens %d in %.2f s wall, TTFT p50 %.3f s (sim)\n", p.Issued, p.Completed, p.Cut, p.OutputTokens, p.DurationS, p.TTFT.P50*c.Speed)
+		}
 	}
 	return bad, err
 }

@@ -35,6 +35,8 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	cold := fs.Bool("cold", false, "also run one configuration without warm-up (r1 must be cold)")
 	strict := fs.Bool("strict", false, "exit 1 when a figure is outside its tolerance")
 	simlog := fs.String("simlog", "", "write the simulator's log to this file")
+	contexts := fs.String("contexts", "", "limit the matrix to these contexts (tokens, comma-separated)")
+	verbose := fs.Bool("v", false, "per-cell details")
 	levels := fs.String("levels", "1,16,64,128", "concurrency levels")
 	if err := fs.Parse(argv); err != nil {
 		return 2
@@ -57,7 +59,15 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	if *runs != "" {
 		names = strings.Split(*runs, ",")
 	}
-	cal := &Calibrator{Speed: *speed, Out: stdout, Levels: conc}
+	cal := &Calibrator{Speed: *speed, Out: stdout, Levels: conc, Verbose: *verbose}
+	if *contexts != "" {
+		cal.Contexts = map[int]bool{}
+		for _, f := range strings.Split(*contexts, ",") {
+			var n int
+			fmt.Sscan(f, &n)
+			cal.Contexts[n] = true
+		}
+	}
 	if *simlog != "" {
 		f, err := os.Create(*simlog)
 		if err != nil {

@@ -461,3 +461,104 @@ func tagged(tag string) []string {
 	}
 	return pids
 }
+
+// TestSecondInterruptTearsDown: a second Ctrl-C tears the server down at once.
+func TestSecondInterruptTearsDown(t *testing.T) {
+	buildBins(t, "sglang-sim")
+	dir := t.TempDir()
+	study := writeFile(t, dir, "s.yaml", studyYAML("abort", 100, fmt.Sprintf(twoParams, 2)))
+	db := filepath.Join(dir, "s.db")
+	sig := make(chan os.Signal, 2)
+	w := &lineWatch{pattern: "trial 0 ready", hit: make(chan struct{})}
+	go func() {
+		select {
+		case <-w.hit:
+			sig <- syscall.SIGINT
+			sig <- syscall.SIGINT
+		case <-time.After(2 * time.Minute):
+		}
+	}()
+	start := time.Now()
+	code, out := cli(t, sig, w, "run", study, "--storage", db)
+	if code != exitInterrupted {
+		t.Fatalf("exit %d, want %d\n%s", code, exitInterrupted, out)
+	}
+	if pids := leftovers("SGTUNE_TRIAL=abort/"); len(pids) > 0 {
+		t.Errorf("servers left after the second interrupt: %v", pids)
+	}
+	if !strings.Contains(out, "second interrupt") {
+		t.Errorf("no word of the second interrupt:\n%s", out)
+	}
+	t.Logf("run returned %.1fs after start", time.Since(start).Seconds())
+}
+
+// TestAPIKeyNeverStored: the key reaches the server (requests without it get
+// 401) but never the database, the logs or an export.
+func TestAPIKeyNeverStored(t *testing.T) {
+	buildBins(t, "sglang-sim")
+	dir := t.TempDir()
+	const key = "sk-test-9f8e7d6c5b4a"
+	t.Setenv("SGTUNE_TEST_KEY", key)
+	body := studyYAML("apikey", 100, fmt.Sprintf(twoParams, 1))
+	body = strings.Replace(body, "launch: {startup_timeout: 1m}", "launch: {startup_timeout: 1m, api_key_env: SGTUNE_TEST_KEY}", 1)
+	study := writeFile(t, dir, "s.yaml", body)
+	db := filepath.Join(dir, "s.db")
+	code, out := cli(t, nil, nil, "run", study, "--storage", db)
+	if code != 0 {
+		t.Fatalf("run: exit %d\n%s", code, out)
+	}
+	recs := records(t, db)
+	if len(recs) != 1 || recs[0].State != search.StateComplete {
+		t.Fatalf("want one complete trial measured with the key, got %v\n%s", states(recs), out)
+	}
+	script := filepath.Join(dir, "x.sh")
+	if code, out := cli(t, nil, nil, "export", "--storage", db, "-o", script); code != 0 {
+		t.Fatalf("export: %d\n%s", code, out)
+	}
+	var files []string
+	_ = filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() && p != study {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if len(files) < 3 {
+		t.Fatalf("expected the database, a log and the script, found %v", files)
+	}
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		if bytes.Contains(b, []byte(key)) {
+			t.Errorf("%s contains the API key", f)
+		}
+	}
+	if strings.Contains(out, key) {
+		t.Error("the CLI printed the API key")
+	}
+	// The server got the key: its log shows where it was, redacted.
+	if log, _ := os.ReadFile(recs[0].LogPath); !bytes.Contains(log, []byte("api_key='<redacted>'")) {
+		t.Errorf("the server log does not show a redacted api_key:\n%.2000s", log)
+	}
+	t.Setenv("SGTUNE_TEST_KEY", "")
+	if code, out := cli(t, nil, nil, "run", study, "--storage", filepath.Join(dir, "nokey.db")); code != exitUsage {
+		t.Errorf("an unset key variable must be bad input; exit %d\n%s", code, out)
+	}
+}
+
+// TestReadmeStudyIsValid keeps the README's example study loadable.
+func TestReadmeStudyIsValid(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, "```yaml\n")
+	if i < 0 {
+		t.Fatal("README has no yaml block")
+	}
+	j := strings.Index(s[i+8:], "```")
+	study := writeFile(t, t.TempDir(), "readme.yaml", s[i+8:i+8+j])
+	code, out := cli(t, nil, nil, "check", study)
+	if code != 0 || !strings.Contains(out, "256 // 5 = 51 < --max-running-requests 64") {
+		t.Errorf("check of the README study: exit %d\n%s", code, out)
+	}
+}

@@ -166,7 +166,7 @@ func (a *app) exportCmd() *cobra.Command {
 		Short: "Write a trial (default: the best) as a launch script or JSON",
 		Long: `Export writes the winning configuration as a bash launch script, a docker run
 script, or JSON. The script starts the engine with the study's engine command
-(or --command) and the trial's flags; extra arguments given to the script, such
+(engine.launch_command when set, or --command) and the trial's flags; extra arguments given to the script, such
 as --host, --port or --api-key, are passed through to the engine.`,
 		Example: `  sgtune export --format bash -o best-launch.sh
   sgtune export --trial 7 --format json
@@ -208,8 +208,11 @@ as --host, --port or --api-key, are passed through to the engine.`,
 			if rec.Score != nil {
 				l.Score = *rec.Score
 			}
-			if command != "" {
+			switch {
+			case command != "":
 				l.Command = strings.Fields(command)
+			case len(rec.LaunchCmd) > 0:
+				l.Command = rec.LaunchCmd
 			}
 			if l.GPUs == "(default)" {
 				l.GPUs = ""
@@ -237,7 +240,7 @@ as --host, --port or --api-key, are passed through to the engine.`,
 	f.IntVar(&trial, "trial", 0, "trial number to export (default: the best)")
 	f.StringVar(&format, "format", "bash", "bash | docker | json")
 	f.StringVarP(&out, "output", "o", "", "write to FILE instead of standard output")
-	f.StringVar(&command, "command", "", "engine command for the script (default: the study's launch command)")
+	f.StringVar(&command, "command", "", "engine command for the script (default: the study's engine.launch_command, else engine.command)")
 	return cmd
 }
 
