@@ -102,6 +102,7 @@ func (c *client) stream(ctx context.Context, body []byte, w *watch, collect bool
 	}
 	defer resp.Body.Close()
 	rd := newSSEReader(resp.Body)
+	defer rd.release()
 	var (
 		ch          chunk
 		first, prev time.Time
@@ -263,12 +264,16 @@ func (c *client) closedLoop(ctx context.Context, bodies [][]byte, conc int, hang
 
 	b := &batch{requested: len(bodies)}
 	slots := make([]*streamResult, len(bodies))
-	var next, issued, completed, failed, tokens atomic.Int64
+	var next, issued, completed, failed, tokens, failRun atomic.Int64
+	// A dead server fails every request at once; stop issuing after as many
+	// consecutive failures as there are workers (at least 8), as the seed's
+	// sweeps did (issued 65 of 256 when the engine crashed at C64).
+	giveUp := int64(max(8, conc))
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range max(1, min(conc, len(bodies))) {
 		wg.Go(func() {
-			for pctx.Err() == nil {
+			for pctx.Err() == nil && failRun.Load() < giveUp {
 				k := next.Add(1) - 1
 				if k >= int64(len(bodies)) {
 					return
@@ -278,8 +283,10 @@ func (c *client) closedLoop(ctx context.Context, bodies [][]byte, conc int, hang
 				r.rec.StartS = r.start.Sub(start).Seconds()
 				if r.rec.OK {
 					completed.Add(1)
+					failRun.Store(0)
 				} else {
 					failed.Add(1)
+					failRun.Add(1)
 				}
 				tokens.Add(int64(r.rec.OutputTokens))
 				slots[k] = r

@@ -93,6 +93,9 @@ func runMatrix(ctx context.Context, c *client, model string, w Workload, opt Opt
 			}
 			continue
 		}
+		// A long prompt's prefill streams nothing for a long time: allow at
+		// least 1 s per 1,000 prompt tokens before calling it a hang.
+		hang := max(hang, time.Duration(ctxLen/1000)*time.Second)
 		rng := rand.New(rand.NewPCG(uint64(ctxLen), 7))
 		base := syntheticPrompt(rng, fmt.Sprintf("[context %d]", ctxLen), ctxLen-32)
 		pre, err := prefill(ctx, c, model, base, ctxLen, kv, hang)

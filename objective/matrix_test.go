@@ -149,3 +149,25 @@ func TestMatrixQueuedFromStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestMatrixPrefillOverCapacity: a context larger than the KV cache is
+// skipped whole, before anything is sent for it.
+func TestMatrixPrefillOverCapacity(t *testing.T) {
+	srv := &fakesse.Server{KVTokens: 500}
+	w := Workload{Kind: "matrix", Matrix: MatrixSpec{Contexts: []int{600}, Concurrency: []int{1, 2}, DurationS: 0.1, MaxOutput: 8, Warmup: boolp(false)}}
+	res, err := Run(context.Background(), fake(t, srv), w, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Points) != 3 {
+		t.Fatalf("%d points, want 3", len(res.Points))
+	}
+	for _, p := range res.Points {
+		if p.Status != StatusOverCapacity || p.Issued != 0 {
+			t.Errorf("%s c=%d: status %q, issued %d", p.Phase, p.Concurrency, p.Status, p.Issued)
+		}
+	}
+	if n := srv.Requests(); n != 0 {
+		t.Errorf("%d requests sent, want none", n)
+	}
+}

@@ -76,6 +76,9 @@ func mustSchema(s string) *Schema {
 	return &sc
 }
 
+// gateMaxTokens leaves room for a reasoning model to think before it answers.
+const gateMaxTokens = 2048
+
 // gateRequest is one quality request and its checker.
 type gateRequest struct {
 	kind  string // json | tool
@@ -89,7 +92,7 @@ func gateRequests(model string, nJSON, nTool int) ([]gateRequest, error) {
 	for i := range nJSON {
 		jc := jsonCases[i%len(jsonCases)]
 		schema := mustSchema(jc.Schema)
-		body, err := chatBody(model, userMsg(fmt.Sprintf("%s Answer with JSON only. (check %d)", jc.Prompt, i)), 1024, false,
+		body, err := chatBody(model, userMsg(fmt.Sprintf("%s Answer with JSON only. (check %d)", jc.Prompt, i)), gateMaxTokens, false,
 			func(r *openai.ChatCompletionRequest) {
 				r.ResponseFormat = &openai.ChatCompletionResponseFormat{
 					Type: openai.ChatCompletionResponseFormatTypeJSONSchema,
@@ -118,7 +121,7 @@ func gateRequests(model string, nJSON, nTool int) ([]gateRequest, error) {
 	}
 	for i := range nTool {
 		tc := toolCases[i%len(toolCases)]
-		body, err := chatBody(model, userMsg(tc.Prompt), 512, false, func(r *openai.ChatCompletionRequest) {
+		body, err := chatBody(model, userMsg(tc.Prompt), gateMaxTokens, false, func(r *openai.ChatCompletionRequest) {
 			r.Tools = tools
 			r.ToolChoice = "auto"
 		}, nil)
@@ -190,8 +193,8 @@ func qualityCheck(ctx context.Context, c *client, model string, q QualitySpec, h
 		var cerr error
 		if !r.rec.OK {
 			cerr = fmt.Errorf("%s request: %s", g.kind, r.rec.Error)
-		} else {
-			cerr = g.check(r)
+		} else if cerr = g.check(r); cerr != nil && r.rec.Finish == "length" {
+			cerr = fmt.Errorf("%w (finish_reason length after %d tokens)", cerr, r.rec.OutputTokens)
 		}
 		switch {
 		case cerr != nil:

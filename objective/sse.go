@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // sseReader reads the payloads of `data:` lines of a server-sent-events
@@ -21,8 +22,23 @@ type sseReader struct {
 // errTruncated reports a stream that ended without `data: [DONE]`.
 var errTruncated = errors.New("stream ended without [DONE]")
 
+// bufPool recycles the readers' buffers: one per request would be most
+// of the load generator's garbage at high request rates.
+var bufPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 8<<10) }}
+
 func newSSEReader(r io.Reader) *sseReader {
-	return &sseReader{r: bufio.NewReaderSize(r, 16<<10)}
+	br := bufPool.Get().(*bufio.Reader)
+	br.Reset(r)
+	return &sseReader{r: br}
+}
+
+// release returns the buffer to the pool; the reader must not be used after.
+func (s *sseReader) release() {
+	if s.r != nil {
+		s.r.Reset(nil)
+		bufPool.Put(s.r)
+		s.r = nil
+	}
 }
 
 // Next returns the payload of the next data line, valid until the next

@@ -179,3 +179,30 @@ func FuzzParseChunk(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSSEReader checks that the reader never panics, never returns a
+// payload holding a line break, and ends every stream with io.EOF (after
+// [DONE]) or errTruncated.
+func FuzzSSEReader(f *testing.F) {
+	f.Add([]byte("data: {\"a\":1}\n\ndata: [DONE]\n\n"))
+	f.Add([]byte(": c\r\nevent: x\r\ndata:y\r\n\r\n"))
+	f.Add([]byte("data: " + strings.Repeat("z", 20000) + "\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		r := newSSEReader(strings.NewReader(string(in)))
+		for i := 0; ; i++ {
+			p, err := r.Next()
+			if err != nil {
+				if !errors.Is(err, io.EOF) && !errors.Is(err, errTruncated) {
+					t.Fatalf("unexpected error %v", err)
+				}
+				return
+			}
+			if strings.ContainsAny(string(p), "\n") {
+				t.Fatalf("payload %q holds a line break", p)
+			}
+			if i > len(in) {
+				t.Fatal("more payloads than input bytes")
+			}
+		}
+	})
+}

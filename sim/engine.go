@@ -120,7 +120,7 @@ type Engine struct {
 // the scheduler goroutine, when a fault rule crashes the engine.
 func NewEngine(p *Profile, pl *Plan, rules []FaultRule, speedup float64, log io.Writer, onCrash func(string)) *Engine {
 	e := &Engine{p: p, pl: pl, speed: speedup, log: log, wake: make(chan struct{}, 1),
-		highWater: map[string]int{}, cache: map[uint64]int{}, rng: rand.New(rand.NewPCG(1, 2)), onCrash: onCrash}
+		highWater: map[string]int{}, cache: map[uint64]int{}, t0: time.Now(), rng: rand.New(rand.NewPCG(1, 2)), onCrash: onCrash}
 	e.logPf = schedPrefix(pl)
 	for _, r := range rules {
 		switch r.Effect.Kind {
@@ -262,9 +262,6 @@ func (e *Engine) FlushCache() (ok bool, queued, running int) {
 
 // Run is the scheduler loop; it returns when ctx ends or the engine crashes.
 func (e *Engine) Run(ctx context.Context) {
-	e.mu.Lock()
-	e.t0 = time.Now()
-	e.mu.Unlock()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	sleepUntil := func(simT float64) bool {
@@ -463,6 +460,7 @@ func (e *Engine) plan() (float64, func()) {
 		if !s.Health {
 			e.admitted++
 			if e.crashAfter > 0 && e.admitted > e.crashAfter {
+				e.waiting = append(batch, e.waiting...) // fail them too
 				e.crash(fmt.Sprintf("request %d", e.admitted))
 				return 0, func() {}
 			}
@@ -491,6 +489,7 @@ func (e *Engine) plan() (float64, func()) {
 	if len(batch) > 0 {
 		running := len(e.running) + len(batch)
 		if e.crashRunning > 0 && running > e.crashRunning {
+			e.waiting = append(batch, e.waiting...) // fail them too
 			e.crash(fmt.Sprintf("%d running requests", running))
 			return 0, func() {}
 		}
@@ -561,6 +560,9 @@ func (e *Engine) prefillS(batch []*Seq, toks []int) float64 {
 
 // firstToken ends a request's prefill: the first token is out.
 func (e *Engine) firstToken(s *Seq) {
+	if s.done.Load() {
+		return // aborted while its prefill ran
+	}
 	if e.pl.Radix {
 		if _, ok := e.cache[s.PromptKey]; !ok {
 			e.cache[s.PromptKey] = s.Prompt

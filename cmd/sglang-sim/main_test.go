@@ -336,3 +336,81 @@ func TestStartupFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestHangRule: DP attention stops producing tokens under load; health
+// checks then fail while the process stays up until SIGTERM.
+func TestHangRule(t *testing.T) {
+	p := start(t, "--tp", "4", "--dp", "2", "--enable-dp-attention", "--sim-speedup", "100")
+	if !p.wait(t, "fired up", 20*time.Second) {
+		t.Fatalf("not ready:\n%s", p.Log())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var completed sync.Map
+	for i := 0; i < 40; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequestWithContext(ctx, "POST", p.url+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":64,"stream":true}`))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(b), "[DONE]") {
+				completed.Store(i, true)
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	code, _, err := get(p.url+"/health_generate", "")
+	cancel()
+	wg.Wait()
+	if err != nil || code != 503 {
+		t.Errorf("/health_generate during the hang: %d %v", code, err)
+	}
+	n := 0
+	completed.Range(func(any, any) bool { n++; return true })
+	if n > 0 {
+		t.Errorf("%d streams completed during a hang", n)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.exited(t, 10*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM", code)
+	}
+}
+
+// TestCorruptRule: seed "no-overlap" answers half the structured requests
+// with broken JSON and no tool calls.
+func TestCorruptRule(t *testing.T) {
+	p := start(t, "--tp", "4", "--mem-fraction-static", "0.85", "--disable-radix-cache", "--max-running-requests", "64",
+		"--disable-overlap-schedule", "--tool-call-parser", "glm47", "--sim-speedup", "100")
+	if !p.wait(t, "fired up", 20*time.Second) {
+		t.Fatalf("not ready:\n%s", p.Log())
+	}
+	valid := 0
+	for i := 0; i < 4; i++ {
+		_, body, err := post(p.url+"/v1/chat/completions", "", `{"model":"m","messages":[{"role":"user","content":"JSON please"}],"max_tokens":200,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"}},"required":["a","b"]}}}}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp struct {
+			Choices []struct {
+				Message struct{ Content string } `json:"message"`
+			} `json:"choices"`
+		}
+		json.Unmarshal(body, &resp)
+		var v map[string]any
+		if len(resp.Choices) == 1 && json.Unmarshal([]byte(resp.Choices[0].Message.Content), &v) == nil {
+			valid++
+		}
+	}
+	if valid != 2 {
+		t.Errorf("%d of 4 structured answers valid, want 2", valid)
+	}
+	_, body, _ := post(p.url+"/v1/chat/completions", "", `{"model":"m","messages":[{"role":"user","content":"Set a timer"}],"max_tokens":200,"tools":[{"type":"function","function":{"name":"set_timer","parameters":{"type":"object","properties":{"minutes":{"type":"integer"}}}}}]}`)
+	if strings.Contains(string(body), `"tool_calls":[`) {
+		t.Errorf("tool call parsed despite the corruption: %s", body)
+	}
+}

@@ -94,6 +94,7 @@ script.`,
 		a.statusCmd(),
 		a.bestCmd(),
 		a.exportCmd(),
+		a.reportCmd(),
 		a.checkCmd(),
 		a.benchCmd(),
 	)

@@ -167,6 +167,23 @@ func TestRunStatusBestExport(t *testing.T) {
 	if out, err := exec.Command("bash", "-n", script).CombinedOutput(); err != nil {
 		t.Errorf("bash -n: %v\n%s", err, out)
 	}
+
+	rdir := filepath.Join(dir, "report")
+	if code, out := cli(t, nil, nil, "report", "--storage", db, "-o", rdir); code != 0 {
+		t.Fatalf("report: exit %d\n%s", code, out)
+	}
+	md, _ := os.ReadFile(filepath.Join(rdir, "report.md"))
+	for _, want := range []string{"# Study e2e", "## Best: trial", "| concurrency |", "throughput.svg"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q:\n%s", want, md)
+		}
+	}
+	for _, svg := range []string{"progress.svg", "throughput.svg", "ttft-p99.svg"} {
+		b, err := os.ReadFile(filepath.Join(rdir, svg))
+		if err != nil || !bytes.Contains(b, []byte("<svg")) {
+			t.Errorf("%s: not an SVG (%v)", svg, err)
+		}
+	}
 }
 
 // TestBadInputWritesNothing: a malformed study exits 2 and creates no database.
@@ -560,5 +577,25 @@ func TestReadmeStudyIsValid(t *testing.T) {
 	code, out := cli(t, nil, nil, "check", study)
 	if code != 0 || !strings.Contains(out, "256 // 5 = 51 < --max-running-requests 64") {
 		t.Errorf("check of the README study: exit %d\n%s", code, out)
+	}
+}
+
+// TestTimeoutStopsLaunching: --timeout stops starting trials; the one in
+// flight finishes and is kept.
+func TestTimeoutStopsLaunching(t *testing.T) {
+	buildBins(t, "sglang-sim")
+	dir := t.TempDir()
+	study := writeFile(t, dir, "s.yaml", studyYAML("timeout", 100, fmt.Sprintf(twoParams, 10)))
+	db := filepath.Join(dir, "s.db")
+	code, out := cli(t, nil, nil, "run", study, "--storage", db, "--timeout", "500ms")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	recs := records(t, db)
+	if len(recs) != 1 || recs[0].State != search.StateComplete {
+		t.Fatalf("want exactly the first trial, complete; got %v\n%s", states(recs), out)
+	}
+	if !strings.Contains(out, "timeout reached") {
+		t.Errorf("no word of the timeout:\n%s", out)
 	}
 }

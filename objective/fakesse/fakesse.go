@@ -53,6 +53,11 @@ type Server struct {
 	slotsOnce sync.Once
 	slots     chan struct{}
 
+	// overshoot holds, per request, how late the first content chunk was
+	// written after the handler started, beyond FirstTokenDelay (seconds);
+	// GET /fake/overshoot returns it.
+	overshoot []float64
+
 	requests atomic.Int64
 	mu       sync.Mutex
 	bodies   [][]byte
@@ -103,6 +108,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name=%q,tp_rank=\"0\"} %d.0\n", s.model(), s.QueueReqs)
 	case "/v1/chat/completions":
 		s.chat(w, r)
+	case "/fake/overshoot":
+		s.mu.Lock()
+		json.NewEncoder(w).Encode(s.overshoot)
+		s.mu.Unlock()
 	default:
 		http.NotFound(w, r)
 	}
@@ -216,6 +225,13 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			delta = append(delta, `,"content":null,"tool_calls":null}`...)
 		}
 		completion++
+		if i == 0 {
+			defer func(t0 time.Time) {
+				s.mu.Lock()
+				s.overshoot = append(s.overshoot, t0.Sub(start).Seconds()-s.FirstTokenDelay.Seconds())
+				s.mu.Unlock()
+			}(time.Now())
+		}
 		if req.StreamOptions != nil && req.StreamOptions.ContinuousUsageStats {
 			buf = append(append(append(buf[:0], prefix...), delta...), `,"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":{"prompt_tokens":10,"completion_tokens":`...)
 			buf = strconv.AppendInt(buf, int64(completion), 10)
