@@ -38,6 +38,8 @@ type Options struct {
 	Getenv   func(string) string
 	// Abort, when closed, tears running servers down at once (second Ctrl-C).
 	Abort <-chan struct{}
+	// Plan is Preflight's result when the caller already ran it.
+	Plan *Plan
 }
 
 // Summary is what a run did.
@@ -72,6 +74,9 @@ type runner struct {
 	owner   string
 	apiKey  string
 	out     *syncWriter
+	// spaceSize is the number of distinct configs (0 = unknown, e.g.
+	// continuous params); once every one was tried, the study is done.
+	spaceSize int
 
 	mu       sync.Mutex
 	launched int // launched trials in the study (complete + failed), all runs
@@ -98,11 +103,16 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	host, _ := os.Hostname()
 	r.owner = fmt.Sprintf("%s:%d", host, os.Getpid())
 
-	key, err := Preflight(st, opt.Getenv)
-	if err != nil {
-		return r.sum, err
+	plan := opt.Plan
+	if plan == nil {
+		p, err := Preflight(st, opt.Getenv)
+		if err != nil {
+			return r.sum, err
+		}
+		plan = &p
 	}
-	r.apiKey = key
+	r.apiKey = plan.APIKey
+	r.spaceSize = plan.SpaceSize
 
 	r.budget = opt.Trials
 	if r.budget <= 0 {
@@ -199,6 +209,10 @@ func (r *runner) worker(ctx context.Context, gpus []int) error {
 			r.printf("timeout reached: no new trials\n")
 			return nil
 		}
+		if r.exhausted() {
+			r.printf("every config of the space (%d) has been tried\n", r.spaceSize)
+			return nil
+		}
 		if r.skips.Load() >= maxSkips {
 			r.printf("stopping: the last %d proposals were all infeasible or duplicates\n", maxSkips)
 			return nil
@@ -215,6 +229,27 @@ func (r *runner) worker(ctx context.Context, gpus []int) error {
 			return err
 		}
 	}
+}
+
+// exhausted reports whether every config of a finite space has a trial.
+func (r *runner) exhausted() bool {
+	if r.spaceSize == 0 {
+		return false
+	}
+	recs, err := Records(r.store, r.st.Name)
+	if err != nil {
+		return false
+	}
+	seen := map[string]bool{}
+	for _, rec := range recs {
+		if rec.State != StateInterrupted && rec.State != StateRunning && len(rec.Params) > 0 {
+			seen[paramLabel(rec.Params)] = true
+		}
+	}
+	r.mu.Lock()
+	pending := len(r.retries)
+	r.mu.Unlock()
+	return pending == 0 && len(seen) >= r.spaceSize
 }
 
 // claim reserves one launch from the budget, preferring pending retries.
@@ -342,18 +377,52 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
+// Plan is what Preflight learned about a study before anything is written.
+type Plan struct {
+	APIKey    string // "" when the study sets none
+	SpaceSize int    // number of distinct configs when the space was enumerated, else 0
+}
+
+// surveyLimits bound the pre-run survey of the space to a few seconds.
+var surveyLimits = space.SurveyLimits{MaxEnumerate: 50000, Samples: 2000, Seed: 1}
+
 // Preflight checks what every trial needs before anything is written: the
-// engine command must be runnable and the API key readable. It returns the
-// key ("" when the study sets none).
-func Preflight(st *space.Study, getenv func(string) string) (string, error) {
+// engine command must be runnable, the API key readable, and the space must
+// hold at least one config the engine's rules accept.
+func Preflight(st *space.Study, getenv func(string) string) (Plan, error) {
 	if len(st.Engine.Command) == 0 {
-		return "", fmt.Errorf("%w: %s: engine.command is empty", space.ErrInvalid, st.Path)
+		return Plan{}, fmt.Errorf("%w: %s: engine.command is empty", space.ErrInvalid, st.Path)
 	}
 	if _, err := exec.LookPath(st.Engine.Command[0]); err != nil {
-		return "", fmt.Errorf("%w: %s: engine.command: cannot run %q: %v (is it installed and on PATH?)",
+		return Plan{}, fmt.Errorf("%w: %s: engine.command: cannot run %q: %v (is it installed and on PATH?)",
 			space.ErrInvalid, st.Path, st.Engine.Command[0], errors.Unwrap(err))
 	}
-	return apiKey(st, getenv)
+	key, err := apiKey(st, getenv)
+	if err != nil {
+		return Plan{}, err
+	}
+	sv := st.Survey(surveyLimits)
+	if sv.Feasible == 0 && sv.Checked > 0 {
+		var why []string
+		for i, rc := range sv.Rejections {
+			if i == 3 {
+				break
+			}
+			why = append(why, fmt.Sprintf("%s (%d configs)", rc.Message, rc.Count))
+		}
+		why = append(why, sv.Errors...)
+		scope := "every one of its"
+		if !sv.Enumerated {
+			scope = "every sampled one of"
+		}
+		return Plan{}, fmt.Errorf("%w: %s: the space has no feasible config: %s %d configs is rejected before launch: %s (see sgtune check)",
+			space.ErrInvalid, st.Path, scope, sv.Checked, strings.Join(why, "; "))
+	}
+	plan := Plan{APIKey: key}
+	if sv.Enumerated {
+		plan.SpaceSize = sv.Size
+	}
+	return plan, nil
 }
 
 // apiKey reads the server API key the study names, if any.

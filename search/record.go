@@ -32,6 +32,7 @@ const (
 	ClassQuality        = "quality"
 	ClassLimitsReduced  = "limits_reduced"
 	ClassMeasurement    = "measurement"
+	ClassRequestsFailed = "requests_failed" // the server answered, but requests kept failing
 	ClassKnownBadConfig = "same_as_failed"
 )
 

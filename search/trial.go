@@ -16,6 +16,7 @@ import (
 	"github.com/sgtune/sgtune/launcher"
 	"github.com/sgtune/sgtune/objective"
 	"github.com/sgtune/sgtune/space"
+	"github.com/sgtune/sgtune/storage"
 )
 
 // crashGrace is how long a failed measurement waits for the engine to exit.
@@ -103,6 +104,16 @@ func (r *runner) runTrial(ctx context.Context, gpus []int, retry *Record) (launc
 		case ok && prev.State == StateComplete:
 			r.duplicate(id, number, label, prev)
 			return false, nil
+		case ok && prev.State == StateRunning:
+			// Another worker is measuring this config right now; TPE has
+			// no constant liar, so parallel workers can propose the same.
+			r.skips.Add(1)
+			r.printf("trial %d not launched [%s]: trial %d is measuring the same config\n", number, label, prev.Number)
+			_ = r.finish(id, goptuna.TrialStateFail, map[string]string{
+				attrState:  StateDuplicate,
+				attrReason: fmt.Sprintf("same config as trial %d, running at the time; not launched", prev.Number),
+			})
+			return false, nil
 		}
 	}
 	r.skips.Store(0)
@@ -126,8 +137,8 @@ func (r *runner) fail(id int, state, class, reason string) {
 	})
 }
 
-// sameConfig finds an earlier trial with the same params that either
-// completed or failed in a way that recurs: launching it again would only
+// sameConfig finds another trial with the same params that completed, is
+// running, or failed in a way that recurs: launching it again would only
 // spend GPU time to learn the same thing.
 func (r *runner) sameConfig(id int, params map[string]interface{}) (Record, bool) {
 	recs, err := Records(r.store, r.st.Name)
@@ -139,7 +150,8 @@ func (r *runner) sameConfig(id int, params map[string]interface{}) (Record, bool
 		if rec.ID == id || paramLabel(rec.Params) != key {
 			continue
 		}
-		if rec.State == StateComplete || (rec.State == StateFailed && deterministicClasses[rec.FailureClass]) {
+		if rec.State == StateComplete || rec.State == StateRunning ||
+			(rec.State == StateFailed && deterministicClasses[rec.FailureClass]) {
 			return rec, true
 		}
 	}
@@ -276,6 +288,10 @@ func (r *runner) launch(ctx context.Context, id, number int, label string, gpus 
 		if err := r.store.SavePoints(id, res.Points); err != nil {
 			return fmt.Errorf("trial %d: save points: %w", number, err)
 		}
+		// Per-request records let goodput be rescored without relaunching.
+		if err := r.store.SaveRequests(id, requestRecords(res.Requests)); err != nil {
+			return fmt.Errorf("trial %d: save requests: %w", number, err)
+		}
 		rj, _ := json.Marshal(struct {
 			Medians map[int]objective.Median `json:"medians"`
 			Quality *objective.Quality       `json:"quality,omitempty"`
@@ -298,6 +314,8 @@ func (r *runner) launch(ctx context.Context, id, number int, label string, gpus 
 			class = launcher.ClassHang
 		} else if errors.Is(merr, objective.ErrQuality) {
 			class = ClassQuality
+		} else if errors.Is(merr, objective.ErrFailedRequests) {
+			class = ClassRequestsFailed
 		}
 		attrs[attrState], attrs[attrClass], attrs[attrReason] = StateFailed, class, merr.Error()
 		r.printf("trial %d failed: %s: %v\n", number, class, merr)
@@ -447,6 +465,26 @@ func (p *replay) SuggestCategorical(name string, choices []string) (string, erro
 		}
 	}
 	return p.Trial.SuggestCategorical(name, choices)
+}
+
+// requestRecords converts the load generator's per-request records for storage,
+// numbering requests within their point.
+func requestRecords(in []objective.RequestRecord) []storage.RequestRecord {
+	out := make([]storage.RequestRecord, len(in))
+	type key struct {
+		phase     string
+		c, r, ctx int
+	}
+	idx := map[key]int{}
+	for i, q := range in {
+		k := key{q.Phase, q.Concurrency, q.Repeat, q.Context}
+		out[i] = storage.RequestRecord{
+			Phase: q.Phase, Concurrency: q.Concurrency, Repeat: q.Repeat, Context: q.Context, Index: idx[k],
+			TTFT: q.TTFT, Latency: q.Latency, OutputTokens: q.OutputTokens, OK: q.OK, Error: q.Error,
+		}
+		idx[k]++
+	}
+	return out
 }
 
 // paramLabel renders params as a stable "k=v k=v" string.

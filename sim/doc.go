@@ -1,3 +1,42 @@
 // Package sim is the simulator's model: profiles, memory model, performance
-// model and fault rules. Only cmd/sglang-sim imports it.
+// model and fault rules. Only cmd/sglang-sim (and cmd/calibrate) import it.
+//
+// Main runs a simulated SGLang server from SGLang's own argv (parsed as
+// argparse does, abbreviations included) plus --sim-profile NAME|FILE,
+// --sim-speedup X (every simulated duration is divided by X),
+// --sim-overhead-ms (wall-clock HTTP overhead taken out of the simulated
+// front-end latency, default 1) and --sim-gather-ms (wall-clock window in
+// which arrivals count as simultaneous, default 2).
+//
+// A profile is YAML data (testdata/profiles, embedded from sim/profiles):
+//
+//	name, description
+//	model:       architecture, context_len, hybrid, quantization, eos_token_id, reasoning_pct
+//	hardware:    gpu_name, gpus, gpu_mem_gb
+//	memory:      KV tokens = (mem_fraction*gpu_mem_gb - weights_gb/tp - overhead_gb)
+//	             * kv_tokens_per_gb * tp/reference_tp - slots*slot_kv_tokens
+//	             - speculative costs + ep_kv_tokens_delta, times kv_dtype_factor;
+//	             default_mem_fraction, oom_mem_fraction, default_chunked_prefill_size,
+//	             startup durations (weight_load_s, startup_other_s, graph_capture_s)
+//	state_pool:  slot_kv_tokens, full_memory_ratio, auto_reserve_tokens,
+//	             ratios {radix_off, no_buffer, extra_buffer_overlap,
+//	             extra_buffer_no_overlap, extra_buffer_lazy_overlap}, slot_state_gb
+//	speculative: fixed_kv_tokens, intermediate_kv_tokens (per request per draft
+//	             token), defaults (steps, topk, draft tokens, max running),
+//	             accept_alpha (per-draft-token acceptance), draft_step_cost
+//	             (table by batch), prefill_factor
+//	performance: decode_step_ms (table by batch, EP == TP), ep_partial_factor,
+//	             tp_exponent, kv_ms_per_mtoken, no_cuda_graph_step_ms,
+//	             queue_overhead_ms, frontend_ms, prefill_base_ms,
+//	             prefill_per_req_ms, prefill_per_req_ep_partial_factor,
+//	             prefill_tok_per_s, prefill_quad_s_per_mtok2, cached_token_us,
+//	             cold_prefill_s, cold_decode_s, no_cuda_graph_cold_scale,
+//	             eos_per_token
+//	faults:      - name; when: {fact: value | {eq|ne|lt|le|gt|ge|in: v}};
+//	               effect: {kind: startup_crash|startup_oom|crash_after_requests|
+//	               crash_when_running_over|hang_when_running_over|corrupt,
+//	               n, json_frac, tool_frac, message}
+//
+// Tables are piecewise-linear [[x, y], ...]. Facts for fault predicates are
+// listed in Plan.Facts.
 package sim

@@ -369,8 +369,9 @@ func pow2(n int) int {
 }
 
 // cold returns the penalty when a step runs a batch larger than any seen
-// before (JIT kernels and graph buckets compile on first use): n rounded up
-// to a power of two is compared with the high-water mark of its kind.
+// before (JIT kernels compile on first use): n (prefill: new tokens;
+// decode: requests) rounded up to a power of two is compared with the
+// high-water mark of its kind.
 func (e *Engine) cold(kind string, n int, health bool) float64 {
 	if health {
 		return 0
@@ -501,10 +502,11 @@ func (e *Engine) plan() (float64, func()) {
 		for _, s := range batch {
 			allHealth = allHealth && s.Health
 		}
-		// The batch shape the scheduler compiles for follows the load in
-		// flight (running, queued and arriving), capped by the running cap.
-		inflight := min(running+len(e.waiting)+len(e.pending), e.pl.EffectiveMRR)
-		dur += e.cold("p", inflight, allHealth)
+		// JIT kernels compile per token-count bucket of the prefill batch.
+		// The bucket is taken from the load in flight (this batch plus the
+		// queued and arriving prompts, up to the prefill budget), so one
+		// wave at a concurrency level warms that level up.
+		dur += e.cold("p", min(used+e.queuedNewTokens(), budget), allHealth)
 		e.logPrefill(batch, toks)
 		return dur, func() {
 			for _, s := range batch {
@@ -526,6 +528,21 @@ func (e *Engine) plan() (float64, func()) {
 	dur := ms/1000 + e.cold("d", b, allHealth)
 	_ = pf
 	return dur, func() { e.decode(dur) }
+}
+
+// queuedNewTokens is the uncached prompt tokens waiting or arriving.
+func (e *Engine) queuedNewTokens() int {
+	n := 0
+	for _, list := range [][]*Seq{e.waiting, e.pending} {
+		for _, s := range list {
+			c := 0
+			if e.pl.Radix {
+				c = min(e.cache[s.PromptKey], max(s.Prompt-1, 0))
+			}
+			n += s.Prompt - c
+		}
+	}
+	return n
 }
 
 // prefillS is the simulated time of one prefill step.

@@ -806,7 +806,7 @@ func (d *dec) workload(st *Study, top *mapNode) {
 		m.failKey("hang_timeout_s", "%v; valid: seconds >= 0 (0 = default)", w.HangTimeout)
 	}
 	c := d.mapping(m.node("chat"), "workload.chat", "concurrency", "requests", "max_tokens", "repeats", "warmup",
-		"prompt_tokens", "prompts_file", "reuse_prompts", "ignore_eos")
+		"prompt_tokens", "prompts_file", "reuse_prompts", "ignore_eos", "capacity_search")
 	ch := &w.Chat
 	ch.MaxTokens, ch.Repeats = DefaultMaxTokens, DefaultRepeats
 	hasC, hasR := c.intList("concurrency", &ch.Concurrency), c.intList("requests", &ch.Requests)
@@ -846,8 +846,15 @@ func (d *dec) workload(st *Study, top *mapNode) {
 	}
 	c.bool("reuse_prompts", &ch.ReusePrompts)
 	c.bool("ignore_eos", &ch.IgnoreEOS)
+	if c.has("capacity_search") {
+		cs := d.mapping(c.node("capacity_search"), "workload.chat.capacity_search", "slo", "max_probes")
+		ch.CapacitySearch = &objective.CapacitySearch{SLO: d.sloList(cs, "workload.chat.capacity_search")}
+		if cs.int("max_probes", &ch.CapacitySearch.MaxProbes) && ch.CapacitySearch.MaxProbes < 0 {
+			cs.failKey("max_probes", "%d; valid: an integer >= 0 (0 = default 3)", ch.CapacitySearch.MaxProbes)
+		}
+	}
 
-	mx := d.mapping(m.node("matrix"), "workload.matrix", "contexts", "concurrency", "duration_s", "max_output")
+	mx := d.mapping(m.node("matrix"), "workload.matrix", "contexts", "concurrency", "duration_s", "max_output", "warmup")
 	mt := &w.Matrix
 	mx.intList("contexts", &mt.Contexts)
 	mx.intList("concurrency", &mt.Concurrency)
@@ -857,6 +864,11 @@ func (d *dec) workload(st *Study, top *mapNode) {
 	}
 	mx.int("max_output", &mt.MaxOutput)
 	positive(mx, "max_output", mt.MaxOutput)
+	if mx.has("warmup") {
+		mwarm := true
+		mx.bool("warmup", &mwarm)
+		mt.Warmup = &mwarm
+	}
 	if w.Kind == "matrix" {
 		if len(mt.Contexts) == 0 {
 			mx.failKey("contexts", "missing or empty; valid: context lengths such as [8192, 32768]")
@@ -892,7 +904,7 @@ func (d *dec) workload(st *Study, top *mapNode) {
 
 func (d *dec) score(st *Study, top *mapNode) {
 	s := &st.Score
-	m := d.mapping(top.node("score"), "score", "metric", "concurrency", "slo")
+	m := d.mapping(top.node("score"), "score", "metric", "concurrency", "slo", "context")
 	s.Metric = "output_tok_s"
 	valid := []string{"output_tok_s", "goodput", "capacity"}
 	if m.str("metric", &s.Metric) && !slices.Contains(valid, s.Metric) {
@@ -912,8 +924,26 @@ func (d *dec) score(st *Study, top *mapNode) {
 			s.Concurrency = 64
 		}
 	}
+	s.SLO = d.sloList(m, "score")
+	if m.int("context", &s.Context) && st.Workload.Kind == "matrix" && !slices.Contains(st.Workload.Matrix.Contexts, s.Context) {
+		m.failKey("context", "%d is not a measured context; valid: one of %v", s.Context, st.Workload.Matrix.Contexts)
+	}
+	// The loader reports problems with their line; objective's own checks
+	// are the backstop for anything it knows that the loader does not.
+	if len(d.errs) == 0 {
+		if err := st.Workload.WithDefaults().Validate(); err != nil {
+			m.failKey("metric", "%v", err)
+		} else if err := s.Validate(); err != nil {
+			m.failKey("metric", "%v", err)
+		}
+	}
+}
+
+// sloList decodes the "slo" list of m: [{metric, percentile, max_s}, ...].
+func (d *dec) sloList(m *mapNode, prefix string) []objective.SLO {
+	var out []objective.SLO
 	for i, sn := range m.list("slo") {
-		path := fmt.Sprintf("score.slo[%d]", i)
+		path := fmt.Sprintf("%s.slo[%d]", prefix, i)
 		sm := d.mapping(sn, path, "metric", "percentile", "max_s")
 		var slo objective.SLO
 		metrics, pcts := []string{"ttft", "latency", "itl"}, []string{"mean", "p50", "p90", "p99"}
@@ -927,8 +957,9 @@ func (d *dec) score(st *Study, top *mapNode) {
 		if !sm.float("max_s", &slo.Max) || slo.Max <= 0 {
 			sm.failKey("max_s", "missing or not positive; valid: seconds > 0, e.g. 5")
 		}
-		s.SLO = append(s.SLO, slo)
+		out = append(out, slo)
 	}
+	return out
 }
 
 func (d *dec) budget(st *Study, top *mapNode) {

@@ -60,7 +60,8 @@ starting new trials after the given time; the trial in flight finishes.`,
 			if trials < 0 || parallel < 0 || timeout < 0 {
 				return badInput(errors.New("--trials, --parallel and --timeout must not be negative"))
 			}
-			if _, err := search.Preflight(st, a.getenv); err != nil {
+			plan, err := search.Preflight(st, a.getenv)
+			if err != nil {
 				return err
 			}
 			store, err := storage.Open(storagePath)
@@ -82,7 +83,7 @@ starting new trials after the given time; the trial in flight finishes.`,
 			sum, runErr := search.Run(ctx, search.Options{
 				Study: st, Store: store, LogDir: logDir,
 				Trials: trials, Timeout: timeout, Parallel: parallel,
-				Out: a.stdout, Getenv: a.getenv, Abort: abort,
+				Out: a.stdout, Getenv: a.getenv, Abort: abort, Plan: &plan,
 			})
 			a.printSummary(st, sum)
 			if runErr != nil {

@@ -195,6 +195,9 @@ func TestBadInputWritesNothing(t *testing.T) {
 		"bad yaml":      "name: [x\n",
 		"missing engine": "name: x\nmodel: m\nengine: {command: no-such-engine-binary-xyz}\n" +
 			"params: [{name: a, type: bool, values: {false: --disable-radix-cache}}]\n",
+		// Every config needs 4 GPUs; trials get 1.
+		"no feasible config": "name: x\nmodel: m\nengine: {command: \"true\"}\nfixed: {--tp-size: 4}\n" +
+			"params: [{name: a, type: bool, values: {false: --disable-radix-cache}}]\n",
 	}
 	for name, body := range cases {
 		t.Run(name, func(t *testing.T) {
