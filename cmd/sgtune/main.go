@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -65,7 +66,8 @@ func (a *app) execute(ctx context.Context, args []string) int {
 	}
 	fmt.Fprintln(a.stderr, "sgtune:", err)
 	var ue usageError
-	if errors.As(err, &ue) || errors.Is(err, space.ErrInvalid) {
+	// cobra reports an unknown command with an untyped error.
+	if errors.As(err, &ue) || errors.Is(err, space.ErrInvalid) || strings.HasPrefix(err.Error(), "unknown command") {
 		return exitUsage
 	}
 	if errors.As(err, new(interruptedError)) {

@@ -211,6 +211,11 @@ func TestBadInputWritesNothing(t *testing.T) {
 			}
 		})
 	}
+	for _, args := range [][]string{{"nosuch"}, {"status", "--no-such-flag"}, {"export", "--format", "yaml", "--storage", db}} {
+		if code, out := cli(t, nil, nil, args...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d\n%s", args, code, exitUsage, out)
+		}
+	}
 	if code, out := cli(t, nil, nil, "run"); code != exitUsage {
 		t.Errorf("run without a file: exit %d\n%s", code, out)
 	}
