@@ -12,6 +12,8 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/sgtune/sgtune/space"
 )
 
 // Trial is one stored trial as the study report sees it.
@@ -134,7 +136,7 @@ func writeMarkdown(w io.Writer, st Study, ranked []Trial, plots []string) {
 			if i == 10 {
 				break
 			}
-			fmt.Fprintf(w, "| %d | %d | %.2f | %s |\n", i+1, t.Number, *t.Score, paramString(t.Params))
+			fmt.Fprintf(w, "| %d | %d | %.2f | %s |\n", i+1, t.Number, *t.Score, space.Params(t.Params).String())
 		}
 		fmt.Fprintln(w)
 	}
@@ -180,7 +182,7 @@ func writeMarkdown(w io.Writer, st Study, ranked []Trial, plots []string) {
 		if t.Reason != "" {
 			detail = strings.TrimPrefix(detail+": "+t.Reason, ": ")
 		}
-		fmt.Fprintf(w, "| %d | %s | %s | %s | %s |\n", t.Number, t.State, score, mdEscape(detail), paramString(t.Params))
+		fmt.Fprintf(w, "| %d | %s | %s | %s | %s |\n", t.Number, t.State, score, mdEscape(detail), space.Params(t.Params).String())
 	}
 }
 
@@ -283,19 +285,6 @@ func levelPlot(ranked []Trial, title, ylabel string, metric func(Level) float64)
 	p.Legend.Top = true
 	p.Legend.Left = true
 	return p, nil
-}
-
-func paramString(p map[string]interface{}) string {
-	keys := make([]string, 0, len(p))
-	for k := range p {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%v", k, p[k])
-	}
-	return strings.Join(parts, " ")
 }
 
 func sortedCountKeys(m map[string]int) []string {

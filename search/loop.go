@@ -243,7 +243,7 @@ func (r *runner) exhausted() bool {
 	seen := map[string]bool{}
 	for _, rec := range recs {
 		if rec.State != StateInterrupted && rec.State != StateRunning && len(rec.Params) > 0 {
-			seen[paramLabel(rec.Params)] = true
+			seen[space.Params(rec.Params).String()] = true
 		}
 	}
 	r.mu.Lock()

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -65,7 +64,7 @@ func (r *runner) runTrial(ctx context.Context, gpus []int, retry *Record) (launc
 	if err != nil {
 		return false, err
 	}
-	label := paramLabel(ft.Params)
+	label := space.Params(ft.Params).String()
 
 	cfg, err := r.st.Resolve(params)
 	if err != nil {
@@ -145,9 +144,9 @@ func (r *runner) sameConfig(id int, params map[string]interface{}) (Record, bool
 	if err != nil {
 		return Record{}, false
 	}
-	key := paramLabel(params)
+	key := space.Params(params).String()
 	for _, rec := range recs {
-		if rec.ID == id || paramLabel(rec.Params) != key {
+		if rec.ID == id || space.Params(rec.Params).String() != key {
 			continue
 		}
 		if rec.State == StateComplete || rec.State == StateRunning ||
@@ -485,20 +484,6 @@ func requestRecords(in []objective.RequestRecord) []storage.RequestRecord {
 		idx[k]++
 	}
 	return out
-}
-
-// paramLabel renders params as a stable "k=v k=v" string.
-func paramLabel(params map[string]interface{}) string {
-	keys := make([]string, 0, len(params))
-	for k := range params {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%v", k, params[k])
-	}
-	return strings.Join(parts, " ")
 }
 
 // trialTag is the environment entry that marks a trial's server processes.

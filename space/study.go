@@ -7,6 +7,9 @@ package space
 
 import (
 	"errors"
+	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/sgtune/sgtune/objective"
@@ -96,6 +99,21 @@ type Derived struct {
 
 // Params is one sampled point: name -> int, float64, string or bool.
 type Params map[string]any
+
+// String renders p as "k=v k=v" with sorted names: stable enough to compare
+// configs and short enough for a table.
+func (p Params) String() string {
+	keys := make([]string, 0, len(p))
+	for k := range p {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%v", k, p[k])
+	}
+	return strings.Join(parts, " ")
+}
 
 // Suggester is what the sampler offers; goptuna.Trial satisfies it.
 type Suggester interface {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sgtune/sgtune/report"
 	"github.com/sgtune/sgtune/search"
+	"github.com/sgtune/sgtune/space"
 	"github.com/sgtune/sgtune/storage"
 )
 
@@ -94,7 +95,7 @@ func (a *app) statusCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "#\tSTATE\tSCORE\tDETAIL\tPARAMS")
 			for _, r := range recs {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.Number, r.State, scoreText(r), detail(r), paramText(r.Params))
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.Number, r.State, scoreText(r), detail(r), space.Params(r.Params).String())
 			}
 			tw.Flush()
 			if b, ok := search.Best(recs); ok {
@@ -128,7 +129,7 @@ func (a *app) bestCmd() *cobra.Command {
 				return writeJSON(a.stdout, b)
 			}
 			fmt.Fprintf(a.stdout, "study %s: best trial %d, score %.2f\n", name, b.Number, *b.Score)
-			fmt.Fprintf(a.stdout, "params: %s\n", paramText(b.Params))
+			fmt.Fprintf(a.stdout, "params: %s\n", space.Params(b.Params).String())
 			fmt.Fprintf(a.stdout, "command: %s %s\n", strings.Join(b.Engine, " "), strings.Join(b.Flags(), " "))
 			med := b.Medians()
 			levels := make([]int, 0, len(med))
@@ -273,19 +274,6 @@ func detail(r search.Record) string {
 		d = d[:87] + "..."
 	}
 	return d
-}
-
-func paramText(p map[string]interface{}) string {
-	keys := make([]string, 0, len(p))
-	for k := range p {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%v", k, p[k])
-	}
-	return strings.Join(parts, " ")
 }
 
 func writeJSON(w interface{ Write([]byte) (int, error) }, v any) error {
