@@ -121,7 +121,8 @@ func writeFlags(w io.Writer, flags []string) {
 	}
 }
 
-func sortedKeys(m map[string]string) []string {
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

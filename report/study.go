@@ -110,7 +110,7 @@ func writeMarkdown(w io.Writer, st Study, ranked []Trial, plots []string) {
 		seconds += t.Seconds
 	}
 	var parts []string
-	for _, s := range sortedCountKeys(counts) {
+	for _, s := range sortedKeys(counts) {
 		parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 	}
 	fmt.Fprintf(w, "%d trials (%s), %.0f s of launch and measurement time. Storage: `%s`.\n\n",
@@ -285,15 +285,6 @@ func levelPlot(ranked []Trial, title, ylabel string, metric func(Level) float64)
 	p.Legend.Top = true
 	p.Legend.Left = true
 	return p, nil
-}
-
-func sortedCountKeys(m map[string]int) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func mdEscape(s string) string {

@@ -465,8 +465,19 @@ func TestKill9Resume(t *testing.T) {
 	}
 }
 
-// tagged lists processes whose environment holds tag.
+// tagged lists live processes whose environment holds exactly tag.
 func tagged(tag string) []string {
+	return procsWithEnv(func(kv string) bool { return kv == tag })
+}
+
+// leftovers lists live processes whose environment has an entry starting with prefix.
+func leftovers(prefix string) []string {
+	return procsWithEnv(func(kv string) bool { return strings.HasPrefix(kv, prefix) })
+}
+
+// procsWithEnv lists live (not zombie) processes with an environment entry
+// that match accepts.
+func procsWithEnv(match func(string) bool) []string {
 	var pids []string
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -479,8 +490,9 @@ func tagged(tag string) []string {
 			continue // a zombie holds no resources
 		}
 		for _, kv := range bytes.Split(env, []byte{0}) {
-			if string(kv) == tag {
+			if match(string(kv)) {
 				pids = append(pids, e.Name())
+				break
 			}
 		}
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"database/sql"
-	"fmt"
 	"io"
 	"math/rand"
 	"os"
@@ -133,21 +132,4 @@ budget: {trials: 50, sampler: random, seed: 11}
 	if err := conn.QueryRow("PRAGMA integrity_check").Scan(&ok); err != nil || ok != "ok" {
 		t.Errorf("integrity_check = %q, %v", ok, err)
 	}
-}
-
-// leftovers lists live processes whose environment has an entry starting with prefix.
-func leftovers(prefix string) []string {
-	var pids []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil || !strings.Contains(string(env), prefix) {
-			continue
-		}
-		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if !strings.Contains(string(stat), ") Z ") {
-			pids = append(pids, fmt.Sprintf("%s", e.Name()))
-		}
-	}
-	return pids
 }
