@@ -75,6 +75,7 @@ func runChat(ctx context.Context, c *client, model string, w Workload, opt Optio
 			}
 			b, err := c.closedLoop(ctx, bodies, conc, hang, false)
 			p, _ := b.point("warmup", conc, 0, 0)
+			b.emitTrace(opt, "warmup", conc, 0)
 			res.Warmup = append(res.Warmup, p)
 			opt.progress("c=%d warm-up: %d/%d ok in %.2f s", conc, p.Completed, p.Requested, p.DurationS)
 			if err != nil {
@@ -95,6 +96,7 @@ func runChat(ctx context.Context, c *client, model string, w Workload, opt Optio
 			}
 			b, err := c.closedLoop(ctx, bodies, conc, hang, false)
 			p, recs := b.point("", conc, r, 0)
+			b.emitTrace(opt, "", conc, r)
 			res.Points = append(res.Points, p)
 			res.Requests = append(res.Requests, recs...)
 			opt.progress("%s", progressLine(p, spec.Repeats))

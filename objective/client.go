@@ -128,6 +128,7 @@ type client struct {
 	base   string
 	apiKey string
 	hc     *http.Client
+	trace  bool // record a RequestTrace per streamed request
 }
 
 func newClient(t Target, conns int) *client {
@@ -152,6 +153,18 @@ func (e *HTTPError) Error() string {
 
 // post sends body to path and returns the response when it is 2xx.
 func (c *client) post(ctx context.Context, path string, body []byte) (*http.Response, error) {
+	req, err := c.newPost(ctx, path, body)
+	if err != nil {
+		return nil, err
+	}
+	return c.send(req)
+}
+
+// newPost builds a JSON POST of body to path. It is separate from send so
+// that the load generator can take its TTFT origin after building the
+// request (URL parsing, header maps: ~5 µs of its own bookkeeping) and
+// just before the transport takes a connection and writes.
+func (c *client) newPost(ctx context.Context, path string, body []byte) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -161,6 +174,11 @@ func (c *client) post(ctx context.Context, path string, body []byte) (*http.Resp
 	if c.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	}
+	return req, nil
+}
+
+// send sends req and returns the response when it is 2xx.
+func (c *client) send(req *http.Request) (*http.Response, error) {
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, err

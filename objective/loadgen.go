@@ -77,6 +77,7 @@ type streamResult struct {
 	itls    []float64
 	content strings.Builder
 	tools   []toolCall
+	trace   *RequestTrace // set when the client traces requests
 }
 
 // toolCall is a streamed tool call, fragments joined.
@@ -92,9 +93,25 @@ func (c *client) stream(ctx context.Context, body []byte, w *watch, collect bool
 	rec := &out.rec
 	w.begin()
 	defer w.end()
+	if c.trace {
+		out.trace = &RequestTrace{}
+		ctx = withTrace(ctx, out.trace)
+	}
+	req, err := c.newPost(ctx, "/v1/chat/completions", body)
+	if err != nil {
+		rec.Error = err.Error()
+		out.start = time.Now()
+		return out
+	}
+	// The TTFT origin, as bench_serving's (taken right before its aiohttp
+	// post): just before the transport takes a connection and writes the
+	// request, after the load generator's own bookkeeping.
 	start := time.Now()
 	out.start = start
-	resp, err := c.post(ctx, "/v1/chat/completions", body)
+	if out.trace != nil {
+		out.trace.Start = start.UnixNano()
+	}
+	resp, err := c.send(req)
 	if err != nil {
 		rec.Error = errText(ctx, err)
 		rec.Latency = time.Since(start).Seconds()
@@ -167,6 +184,12 @@ func (c *client) stream(ctx context.Context, body []byte, w *watch, collect bool
 	}
 	if !first.IsZero() {
 		rec.TTFT = first.Sub(start).Seconds()
+	}
+	if tr := out.trace; tr != nil {
+		tr.OK, tr.Header = rec.OK, resp.Header
+		if !first.IsZero() {
+			tr.FirstToken = first.UnixNano()
+		}
 	}
 	if usage >= 0 {
 		rec.OutputTokens = usage

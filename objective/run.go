@@ -11,6 +11,12 @@ import (
 type Options struct {
 	// Progress, when set, receives one human-readable line per finished point.
 	Progress func(line string)
+	// Trace, when set, receives the timeline of every streamed request of
+	// the chat workload's warm-up waves and measured repeats (not capacity
+	// probes, gates or the matrix workload), after each point, from the
+	// goroutine that called Run. Tracing adds a few microseconds per
+	// request; sweeps leave it unset.
+	Trace func(RequestTrace)
 }
 
 func (o Options) progress(format string, args ...any) {
@@ -44,6 +50,7 @@ func Run(ctx context.Context, t Target, w Workload, opt Options) (*Result, error
 		maxConc = max(maxConc, c)
 	}
 	c := newClient(t, maxConc)
+	c.trace = opt.Trace != nil
 	defer c.close()
 	model, err := c.resolveModel(ctx, t.Model)
 	if err != nil {

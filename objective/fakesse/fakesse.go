@@ -57,6 +57,9 @@ type Server struct {
 	// written after the handler started, beyond FirstTokenDelay (seconds);
 	// GET /fake/overshoot returns it.
 	overshoot []float64
+	// timings holds, per request, when its handler started and when its
+	// first content chunk was written; GET /fake/timings returns it.
+	timings []Timing
 
 	requests atomic.Int64
 	mu       sync.Mutex
@@ -108,6 +111,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name=%q,tp_rank=\"0\"} %d.0\n", s.model(), s.QueueReqs)
 	case "/v1/chat/completions":
 		s.chat(w, r)
+	case "/fake/timings":
+		s.mu.Lock()
+		json.NewEncoder(w).Encode(s.timings)
+		s.mu.Unlock()
 	case "/fake/overshoot":
 		s.mu.Lock()
 		json.NewEncoder(w).Encode(s.overshoot)
@@ -116,6 +123,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 	}
 }
+
+// Timing is one chat request's timeline on the server, in wall-clock Unix
+// nanoseconds, so that a client in another process on the same machine can
+// line it up with its own timestamps. The handler start is also sent as the
+// StartHeader response header.
+type Timing struct {
+	Start      int64 `json:"start_ns"`       // the handler started
+	FirstToken int64 `json:"first_token_ns"` // the first content chunk is being written
+}
+
+// StartHeader is the response header carrying the handler's start time
+// (wall-clock Unix nanoseconds).
+const StartHeader = "X-Fake-Start-Ns"
 
 // request is the part of a chat request the fake reads.
 type request struct {
@@ -170,6 +190,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	fl, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set(StartHeader, strconv.FormatInt(start.UnixNano(), 10))
 	id := fmt.Sprintf("%032x", n)
 	prefix := []byte(`data: {"id":"` + id + `","object":"chat.completion.chunk","created":1700000000,"model":` + strconv.Quote(s.model()) + `,"choices":[{"index":0,"delta":`)
 	suffix := []byte(`,"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}` + "\n\n")
@@ -229,6 +250,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			defer func(t0 time.Time) {
 				s.mu.Lock()
 				s.overshoot = append(s.overshoot, t0.Sub(start).Seconds()-s.FirstTokenDelay.Seconds())
+				s.timings = append(s.timings, Timing{Start: start.UnixNano(), FirstToken: t0.UnixNano()})
 				s.mu.Unlock()
 			}(time.Now())
 		}
