@@ -36,9 +36,14 @@ lint:
 soak:
 	SGTUNE_LONG=1 $(GO) test -count=1 -timeout 20m -run TestSoak -v ./cmd/sgtune
 
+# Simulator vs published seed figures, through sgtune's own load generator
+# (about 5 minutes): the five passing seed-000 runs, the failing runs, the
+# cold first repeat, and the seed-004 matrix. --strict exits 1 on any miss.
 calibrate: build
-	$(GO) run ./cmd/calibrate
+	$(GO) run ./cmd/calibrate --faults --cold --matrix
 
+# Client CPU per streamed chunk, sgtune's reader vs go-openai's Recv(), and
+# the TTFT error against an injected delay at C128; last line is the summary.
 bench-loadgen:
 	$(GO) run ./cmd/bench-loadgen
 

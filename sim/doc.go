@@ -5,7 +5,7 @@
 // argparse does, abbreviations included) plus --sim-profile NAME|FILE,
 // --sim-speedup X (every simulated duration is divided by X),
 // --sim-overhead-ms (wall-clock HTTP overhead taken out of the simulated
-// front-end latency, default 1) and --sim-gather-ms (wall-clock window in
+// front-end latency, default 1.5) and --sim-gather-ms (wall-clock window in
 // which arrivals count as simultaneous, default 2).
 //
 // A profile is YAML data (testdata/profiles, embedded from sim/profiles):

@@ -89,6 +89,7 @@ type Engine struct {
 	prefilling *Seq
 	kvUsed     int
 	highWater  map[string]int
+	peak, warm int // in-flight load buckets: seen at submission, compiled for
 	cache      map[uint64]int
 	cacheFIFO  []uint64
 	cacheTok   int
@@ -111,6 +112,8 @@ type Engine struct {
 	// OverheadMS is the wall-clock request overhead (ms) subtracted from
 	// the simulated front-end latency (--sim-overhead-ms).
 	OverheadMS float64
+	// Debug logs simulator decisions (--log-level debug).
+	Debug bool
 	// GatherMS is the wall-clock window (ms) within which arrivals are
 	// treated as simultaneous (--sim-gather-ms).
 	GatherMS float64
@@ -181,6 +184,18 @@ func (e *Engine) Submit(s *Seq) error {
 		s.Notify = make(chan struct{}, 1)
 	}
 	e.pending = append(e.pending, s)
+	if !s.Health {
+		inflight := len(e.pending) + len(e.waiting) + len(e.running)
+		if e.prefilling != nil {
+			inflight++
+		}
+		if b := pow2(min(inflight, max(e.pl.EffectiveMRR, 1))); b > e.peak {
+			if e.Debug && e.log != nil {
+				fmt.Fprintf(e.log, "[%s%s] [sim] load rose to %d in flight (pending %d, waiting %d, running %d)\n", stamp(), e.logPf, inflight, len(e.pending), len(e.waiting), len(e.running))
+			}
+			e.peak = b
+		}
+	}
 	e.mu.Unlock()
 	select {
 	case e.wake <- struct{}{}:
@@ -408,11 +423,12 @@ func (e *Engine) StepMS(b int, kvTok int, queued bool) float64 {
 		ms *= math.Pow(float64(e.p.Memory.ReferenceTP)/float64(e.pl.TP), pf.TPExponent)
 	}
 	ms += pf.KVMSPerMToken * float64(kvTok) / 1e6
-	if queued {
-		ms += pf.QueueOverheadMS * e.epFactor(b)
-	}
 	if e.pl.SpecAlgorithm != "" {
 		ms *= 1 + e.p.Spec.DraftStepCost.At(float64(b))*float64(e.pl.SpecSteps)
+	}
+	if queued {
+		// Scheduler (CPU) work on the waiting queue, once per step.
+		ms += pf.QueueOverheadMS * e.epFactor(b)
 	}
 	if !e.pl.CUDAGraph || b > e.pl.GraphMaxBS {
 		ms += pf.NoGraphStepMS
@@ -502,11 +518,19 @@ func (e *Engine) plan() (float64, func()) {
 		for _, s := range batch {
 			allHealth = allHealth && s.Health
 		}
-		// JIT kernels compile per token-count bucket of the prefill batch.
-		// The bucket is taken from the load in flight (this batch plus the
-		// queued and arriving prompts, up to the prefill budget), so one
-		// wave at a concurrency level warms that level up.
-		dur += e.cold("p", min(used+e.queuedNewTokens(), budget), allHealth)
+		// Kernels compile (JIT) for batch shapes on first use. The shape
+		// follows the load in flight: the first prefill after the number
+		// of requests in flight (capped by the running cap) rose to a new
+		// power-of-two bucket pays the cold penalty, so one wave at a
+		// concurrency level warms that level up.
+		if e.peak > e.warm && !allHealth {
+			pen := e.cold("p", e.peak, false)
+			if e.Debug && e.log != nil {
+				fmt.Fprintf(e.log, "[%s%s] [sim] cold batch shape: %d requests in flight (compiled for %d), +%.1f s\n", stamp(), e.logPf, e.peak, e.warm, pen)
+			}
+			dur += pen
+			e.warm = e.peak
+		}
 		e.logPrefill(batch, toks)
 		return dur, func() {
 			for _, s := range batch {
@@ -528,21 +552,6 @@ func (e *Engine) plan() (float64, func()) {
 	dur := ms/1000 + e.cold("d", b, allHealth)
 	_ = pf
 	return dur, func() { e.decode(dur) }
-}
-
-// queuedNewTokens is the uncached prompt tokens waiting or arriving.
-func (e *Engine) queuedNewTokens() int {
-	n := 0
-	for _, list := range [][]*Seq{e.waiting, e.pending} {
-		for _, s := range list {
-			c := 0
-			if e.pl.Radix {
-				c = min(e.cache[s.PromptKey], max(s.Prompt-1, 0))
-			}
-			n += s.Prompt - c
-		}
-	}
-	return n
 }
 
 // prefillS is the simulated time of one prefill step.

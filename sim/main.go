@@ -333,8 +333,9 @@ func (st *startup) run(opt Options) int {
 			cancel()
 		})
 	})
-	eng.OverheadMS = st.a.Float("sim_overhead_ms", 1)
+	eng.OverheadMS = st.a.Float("sim_overhead_ms", 1.5)
 	eng.GatherMS = st.a.Float("sim_gather_ms", 2)
+	eng.Debug = st.a.String("log_level", "info") == "debug"
 	srv := newServer(p, pl, st.a, eng, st.speed, st.log, st.rules)
 	var wg sync.WaitGroup
 	wg.Add(2)

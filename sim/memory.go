@@ -83,9 +83,6 @@ func Resolve(a *Args, p *Profile) *Plan {
 		DefaultIncludeUsage: a.Bool("stream_response_default_include_usage"),
 	}
 	pl.ServedModelName = a.String("served_model_name", pl.ModelPath)
-	if pl.DP == 1 {
-		// dp_size==1 forces enable_dp_attention off.
-	}
 	pl.ChunkedPrefill = a.Int("chunked_prefill_size", p.Memory.DefaultChunked)
 	if pl.ChunkedPrefill == 0 {
 		pl.ChunkedPrefill = 8192

@@ -207,6 +207,9 @@ func (c *Calibrator) startSim(ctx context.Context, argv []string) (*simServer, i
 		log = io.Discard
 	}
 	argv = append(append([]string(nil), argv...), "--port", "0", "--sim-speedup", fmt.Sprint(c.Speed))
+	if c.SimLog != nil {
+		argv = append(argv, "--log-level", "debug")
+	}
 	go func() {
 		done <- sim.Main(ctx, argv, log, log, sim.Options{Ready: func(addr string) { ready <- addr }})
 	}()

@@ -27,10 +27,11 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	speed := fs.Float64("speedup", 25, "simulator speed-up (figures are rescaled: tok/s / S, times x S)")
-	runs := fs.String("runs", "", "comma-separated seed-000 run names (default: the five passing runs)")
+	runs := fs.String("runs", "", "comma-separated seed-000 run names (default: the five passing runs; - for none)")
 	seed000 := fs.String("seed000", "testdata/profiles/calibration/seed000.json", "seed 000 data")
 	seed004 := fs.String("seed004", "testdata/profiles/calibration/seed004.txt", "seed 004 data")
 	matrix := fs.Bool("matrix", false, "also run the seed-004 matrix on the rtxpro6000x8 profile")
+	matrixSpeed := fs.Float64("matrix-speedup", 10, "speed-up for the matrix (its 1M-token prompts cost real CPU time per request)")
 	faults := fs.Bool("faults", false, "also run the seed's failing configurations and check how they fail")
 	cold := fs.Bool("cold", false, "also run one configuration without warm-up (r1 must be cold)")
 	strict := fs.Bool("strict", false, "exit 1 when a figure is outside its tolerance")
@@ -56,7 +57,11 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		conc = append(conc, c)
 	}
 	names := passingRuns
-	if *runs != "" {
+	switch *runs {
+	case "":
+	case "-":
+		names = nil
+	default:
 		names = strings.Split(*runs, ",")
 	}
 	cal := &Calibrator{Speed: *speed, Out: stdout, Levels: conc, Verbose: *verbose}
@@ -114,7 +119,9 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "calibrate:", err)
 			return 2
 		}
-		n, err := cal.Matrix(ctx, cells)
+		mc := *cal
+		mc.Speed = *matrixSpeed
+		n, err := mc.Matrix(ctx, cells)
 		if err != nil {
 			fmt.Fprintln(stdout, "matrix:", err)
 			bad++
