@@ -74,6 +74,8 @@ func bash(w io.Writer, l Launch) error {
 	fmt.Fprintln(w, "# Extra arguments (e.g. --host 0.0.0.0 --port 30000 --api-key ...) are passed through.")
 	fmt.Fprintln(w, "set -euo pipefail")
 	if l.GPUs != "" {
+		// The trials numbered GPUs as nvidia-smi does.
+		fmt.Fprintln(w, "export CUDA_DEVICE_ORDER=PCI_BUS_ID")
 		fmt.Fprintf(w, "export CUDA_VISIBLE_DEVICES=%s\n", shellQuote(l.GPUs))
 	}
 	for _, k := range sortedKeys(l.Env) {
@@ -104,7 +106,13 @@ func docker(w io.Writer, l Launch) error {
 	for _, k := range sortedKeys(l.Env) {
 		fmt.Fprintf(w, "  -e %s \\\n", shellQuote(k+"="+l.Env[k]))
 	}
-	fmt.Fprint(w, "  \"$IMAGE\" python3 -m sglang.launch_server")
+	// Inside the image: the study's command when it is an SGLang entry
+	// point (python3 -m sglang.launch_server, sglang serve), else SGLang's.
+	inside := "python3 -m sglang.launch_server"
+	if len(l.Command) > 0 && (strings.HasPrefix(l.Command[0], "python") || l.Command[0] == "sglang") {
+		inside = joinQuoted(l.Command)
+	}
+	fmt.Fprintf(w, "  \"$IMAGE\" %s", inside)
 	writeFlags(w, l.Flags)
 	fmt.Fprintln(w, " \\\n  \"$@\"")
 	return nil

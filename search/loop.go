@@ -5,6 +5,9 @@ package search
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -73,6 +76,7 @@ type runner struct {
 	sampler *startupSampler
 	owner   string
 	apiKey  string
+	uid     string // the study's random id, part of every server's tag
 	out     *syncWriter
 	// spaceSize is the number of distinct configs (0 = unknown, e.g.
 	// continuous params); once every one was tried, the study is done.
@@ -129,8 +133,11 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		r.deadline = time.Now().Add(timeout)
 	}
 
-	rand.Seed(st.Budget.Seed) //nolint:staticcheck // goptuna's TPE draws from the global source
-	model, err := newSampler(st.Budget.Sampler, st.Budget.Seed)
+	// A resumed study continues the random sequence instead of replaying
+	// it: seed + the number of trials already stored.
+	seed := st.Budget.Seed + int64(storedTrials(r.store, st.Name))
+	rand.Seed(seed) //nolint:staticcheck // goptuna's TPE draws from the global source
+	model, err := newSampler(st.Budget.Sampler, seed)
 	if err != nil {
 		return r.sum, fmt.Errorf("%w: budget.sampler: %v", space.ErrInvalid, err)
 	}
@@ -149,6 +156,9 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	)
 	if err != nil {
 		return r.sum, fmt.Errorf("open study %q: %w", st.Name, err)
+	}
+	if r.uid, err = r.studyUID(); err != nil {
+		return r.sum, err
 	}
 	if err := r.resume(); err != nil {
 		return r.sum, err
@@ -242,8 +252,8 @@ func (r *runner) exhausted() bool {
 	}
 	seen := map[string]bool{}
 	for _, rec := range recs {
-		if rec.State != StateInterrupted && rec.State != StateRunning && len(rec.Params) > 0 {
-			seen[space.Params(rec.Params).String()] = true
+		if rec.State != StateInterrupted && rec.State != StateRunning && rec.ConfigKey != "" {
+			seen[rec.ConfigKey] = true
 		}
 	}
 	r.mu.Lock()
@@ -313,7 +323,7 @@ func (r *runner) resume() error {
 		r.printf("trial %d: %s (%s)\n", rec.Number, state, reason)
 		// Pdeathsig takes a server down with its tuner, but not every
 		// engine's workers; kill whatever still carries the trial's tag.
-		if pids, err := launcher.KillTagged(context.Background(), trialTag(r.st.Name, rec.Number)); err == nil && len(pids) > 0 {
+		if pids, err := launcher.KillTagged(context.Background(), r.trialTag(rec.Number)); err == nil && len(pids) > 0 {
 			r.printf("trial %d: killed %d leftover server process(es)\n", rec.Number, len(pids))
 		}
 	}
@@ -330,8 +340,45 @@ func (r *runner) resume() error {
 		case rec.State == StateComplete || rec.State == StateFailed:
 			r.launched++
 		}
+		// Predictions learn from every startup seen so far, also in
+		// earlier runs of the study.
+		var f launcher.Facts
+		if len(rec.Facts) > 0 && json.Unmarshal(rec.Facts, &f) == nil {
+			if p, err := r.st.Suggest(&replay{params: rec.Params}); err == nil {
+				r.observe(p, f)
+			}
+		}
 	}
 	return nil
+}
+
+// studyUID returns the study's random id, creating it on first use.
+func (r *runner) studyUID() (string, error) {
+	attrs, err := r.store.GetStudySystemAttrs(r.study.ID)
+	if err != nil {
+		return "", fmt.Errorf("read study attributes: %w", err)
+	}
+	if uid := attrs[attrUID]; uid != "" {
+		return uid, nil
+	}
+	b := make([]byte, 4)
+	if _, err := crand.Read(b); err != nil {
+		return "", err
+	}
+	uid := hex.EncodeToString(b)
+	if err := r.store.SetStudySystemAttr(r.study.ID, attrUID, uid); err != nil {
+		return "", fmt.Errorf("write study attributes: %w", err)
+	}
+	return uid, nil
+}
+
+// storedTrials counts the trials a study already has (0 if it is new).
+func storedTrials(st StudyStore, study string) int {
+	recs, err := Records(st, study)
+	if err != nil {
+		return 0
+	}
+	return len(recs)
 }
 
 // ownerDead reports whether owner ("host:pid") is a process of this host

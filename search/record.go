@@ -11,6 +11,7 @@ import (
 	"github.com/c-bata/goptuna"
 
 	"github.com/sgtune/sgtune/objective"
+	"github.com/sgtune/sgtune/storage"
 )
 
 // Trial states as sgtune reports them (DESIGN.md vocabulary). goptuna's own
@@ -58,6 +59,8 @@ const (
 	attrEngine      = "sgtune.engine"
 	attrVersion     = "sgtune.engine_version"
 	attrLaunchCmd   = "sgtune.launch_command"
+	attrConfigKey   = "sgtune.config_key"
+	attrUID         = "sgtune.uid" // study system attribute
 	attrRejections  = "sgtune.rejections"
 	attrDurationS   = "sgtune.duration_s"
 )
@@ -79,6 +82,7 @@ type Record struct {
 	Engine       []string               `json:"engine_command,omitempty"`
 	Version      string                 `json:"engine_version,omitempty"`
 	LaunchCmd    []string               `json:"launch_command,omitempty"`
+	ConfigKey    string                 `json:"-"`
 	Config       json.RawMessage        `json:"config,omitempty"`
 	Argv         []string               `json:"argv,omitempty"`
 	Facts        json.RawMessage        `json:"facts,omitempty"`
@@ -133,6 +137,7 @@ func decode(t goptuna.FrozenTrial) Record {
 		Start:        t.DatetimeStart,
 		Owner:        t.SystemAttrs[attrOwner],
 		Version:      ua[attrVersion],
+		ConfigKey:    ua[attrConfigKey],
 	}
 	r.State = ua[attrState]
 	switch {
@@ -197,8 +202,11 @@ var ErrNoStudy = errors.New("no such study")
 // Records returns every trial of the named study, by number.
 func Records(st StudyStore, study string) ([]Record, error) {
 	id, err := st.GetStudyIDFromName(study)
+	if errors.Is(err, storage.ErrStudyNotFound) {
+		return nil, fmt.Errorf("%w %q", ErrNoStudy, study)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%w %q: %v", ErrNoStudy, study, err)
+		return nil, fmt.Errorf("find study %q: %w", study, err)
 	}
 	trials, err := st.GetAllTrials(id)
 	if err != nil {

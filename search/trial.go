@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +43,16 @@ func (r *runner) runTrial(ctx context.Context, gpus []int, retry *Record) (launc
 		return false, fmt.Errorf("create trial: %w", err)
 	}
 	number, _ := r.store.GetTrialNumberFromID(id)
+	defer func() {
+		// Whatever broke (storage, the sampler), the trial must not stay
+		// RUNNING: mark it to be retried. Finished trials refuse the write.
+		if err != nil {
+			r.printf("trial %d: %v\n", number, err)
+			_ = r.finish(id, goptuna.TrialStateFail, map[string]string{
+				attrState: StateInterrupted, attrReason: err.Error(),
+			})
+		}
+	}()
 	if err := r.store.SetTrialSystemAttr(id, attrOwner, r.owner); err != nil {
 		return false, err
 	}
@@ -53,7 +64,18 @@ func (r *runner) runTrial(ctx context.Context, gpus []int, retry *Record) (launc
 		if err := r.store.SetTrialSystemAttr(id, attrRetryOf, strconv.Itoa(retry.Number)); err != nil {
 			return false, err
 		}
-		sg = &replay{Trial: trial, store: r.store, id: id, params: retry.Params}
+		if winner, lost := r.retryTaken(id, number, retry.Number); lost {
+			// Another process resumed the same study and re-runs this
+			// trial already; the lower trial number wins.
+			r.printf("trial %d not launched: trial %d already re-runs trial %d\n", number, winner, retry.Number)
+			return false, r.finish(id, goptuna.TrialStateFail, map[string]string{
+				attrState:  StateDuplicate,
+				attrReason: fmt.Sprintf("trial %d already re-runs trial %d", winner, retry.Number),
+			})
+		}
+		sg = &replay{params: retry.Params, next: trial, set: func(name string, v float64, d interface{}) error {
+			return r.store.SetTrialParam(id, name, v, d)
+		}}
 	}
 	params, err := r.st.Suggest(sg)
 	if err != nil {
@@ -73,7 +95,9 @@ func (r *runner) runTrial(ctx context.Context, gpus []int, retry *Record) (launc
 	}
 	cfgJSON, _ := json.Marshal(cfg)
 	engineJSON, _ := json.Marshal(r.st.Engine.Command)
+	key := configKey(cfg)
 	_ = r.store.SetTrialUserAttr(id, attrConfig, string(cfgJSON))
+	_ = r.store.SetTrialUserAttr(id, attrConfigKey, key)
 	_ = r.store.SetTrialUserAttr(id, attrEngine, string(engineJSON))
 	if lc := r.st.Engine.LaunchCommand; len(lc) > 0 {
 		b, _ := json.Marshal(lc)
@@ -94,11 +118,13 @@ func (r *runner) runTrial(ctx context.Context, gpus []int, retry *Record) (launc
 		return false, nil
 	}
 	if retry == nil {
-		prev, ok := r.sameConfig(id, ft.Params)
+		prev, ok := r.sameConfig(id, key)
 		switch {
 		case ok && prev.State == StateFailed:
-			r.skip(id, number, label, ClassKnownBadConfig,
-				fmt.Sprintf("same config as trial %d, which failed with %s", prev.Number, prev.FailureClass))
+			r.skips.Add(1)
+			reason := fmt.Sprintf("same config as trial %d, which failed with %s", prev.Number, prev.FailureClass)
+			r.printf("trial %d not launched [%s]: %s\n", number, label, reason)
+			r.fail(id, StateInfeasible, ClassKnownBadConfig, reason)
 			return false, nil
 		case ok && prev.State == StateComplete:
 			r.duplicate(id, number, label, prev)
@@ -136,17 +162,16 @@ func (r *runner) fail(id int, state, class, reason string) {
 	})
 }
 
-// sameConfig finds another trial with the same params that completed, is
-// running, or failed in a way that recurs: launching it again would only
+// sameConfig finds another trial with the same command line that completed,
+// is running, or failed in a way that recurs: launching it again would only
 // spend GPU time to learn the same thing.
-func (r *runner) sameConfig(id int, params map[string]interface{}) (Record, bool) {
+func (r *runner) sameConfig(id int, key string) (Record, bool) {
 	recs, err := Records(r.store, r.st.Name)
 	if err != nil {
 		return Record{}, false
 	}
-	key := space.Params(params).String()
 	for _, rec := range recs {
-		if rec.ID == id || space.Params(rec.Params).String() != key {
+		if rec.ID == id || rec.ConfigKey != key {
 			continue
 		}
 		if rec.State == StateComplete || rec.State == StateRunning ||
@@ -155,6 +180,42 @@ func (r *runner) sameConfig(id int, params map[string]interface{}) (Record, bool
 		}
 	}
 	return Record{}, false
+}
+
+// retryTaken reports whether a trial other than this one, with a lower
+// number, already re-runs the interrupted trial orig.
+func (r *runner) retryTaken(id, number, orig int) (winner int, lost bool) {
+	recs, err := Records(r.store, r.st.Name)
+	if err != nil {
+		return 0, false
+	}
+	for _, rec := range recs {
+		if rec.ID != id && rec.RetryOf != nil && *rec.RetryOf == orig && rec.Number < number && rec.State != StateDuplicate {
+			return rec.Number, true
+		}
+	}
+	return 0, false
+}
+
+// configKey identifies a config by what would be launched: its flags and
+// environment. Two sampled points that resolve to the same command line
+// (a log-scale int drawn as 3.7 and 4.2, say) are the same config.
+func configKey(cfg *space.Config) string {
+	var b strings.Builder
+	b.WriteString(strings.Join(cfg.Flags, " "))
+	for _, k := range sortedKeys(cfg.Env) {
+		fmt.Fprintf(&b, " %s=%s", k, cfg.Env[k])
+	}
+	return b.String()
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // duplicate records a proposal of an already measured config. The sampler
@@ -183,7 +244,7 @@ func (r *runner) launch(ctx context.Context, id, number int, label string, gpus 
 	logPath := filepath.Join(r.opt.LogDir, safeName(r.st.Name), fmt.Sprintf("trial-%d.log", number))
 	_ = r.store.SetTrialUserAttr(id, attrArgv, string(argvJSON))
 	_ = r.store.SetTrialUserAttr(id, attrLogPath, logPath)
-	_ = r.store.SetTrialUserAttr(id, attrGPUs, gpuList(gpus))
+	_ = r.store.SetTrialUserAttr(id, attrGPUs, gpuCSV(gpus))
 
 	stopBeat := r.heartbeat(id)
 	defer stopBeat()
@@ -196,13 +257,10 @@ func (r *runner) launch(ctx context.Context, id, number int, label string, gpus 
 		APIKey:         r.apiKey,
 	}
 	// The tag lets a later run find and kill this server if sgtune dies
-	// without taking it down.
-	spec.Env = append(spec.Env, trialTag(r.st.Name, number))
-	for k, v := range r.st.Engine.Env {
-		spec.Env = append(spec.Env, k+"="+v)
-	}
-	for k, v := range cfg.Env {
-		spec.Env = append(spec.Env, k+"="+v)
+	// without taking it down. cfg.Env already holds engine.env.
+	spec.Env = append(spec.Env, r.trialTag(number))
+	for _, k := range sortedKeys(cfg.Env) {
+		spec.Env = append(spec.Env, k+"="+cfg.Env[k])
 	}
 	if r.apiKey != "" {
 		spec.Argv = append(spec.Argv, "--api-key", r.apiKey)
@@ -235,7 +293,7 @@ func (r *runner) launch(ctx context.Context, id, number int, label string, gpus 
 	facts, _ := json.Marshal(srv.Facts)
 	attrs[attrFacts] = string(facts)
 	// What the engine reported sharpens the predictions for later proposals.
-	r.st.Observe(cfg.Params, srv.Facts.MaxTotalNumTokens, srv.Facts.MaxRunningRequests)
+	r.observe(cfg.Params, srv.Facts)
 	r.printf("trial %d ready in %.1fs: max_running_requests=%d max_total_num_tokens=%d\n",
 		number, srv.Facts.StartupS, srv.Facts.MaxRunningRequests, srv.Facts.MaxTotalNumTokens)
 
@@ -265,7 +323,7 @@ func (r *runner) launch(ctx context.Context, id, number int, label string, gpus 
 		Progress: func(line string) { r.printf("trial %d   %s\n", number, line) },
 	})
 	cancel()
-	if merr != nil {
+	if merr != nil && ctx.Err() == nil {
 		// Requests fail the moment the engine dies, usually before the
 		// process has finished writing its traceback and exited; give it a
 		// moment so the failure is classified from its exit, not as a
@@ -303,7 +361,9 @@ func (r *runner) launch(ctx context.Context, id, number int, label string, gpus 
 		r.printf("trial %d failed during measurement: %s: %s\n", number, crashed.Class, attrs[attrReason])
 		r.count(StateFailed)
 		return done(goptuna.TrialStatePruned)
-	case ctx.Err() != nil:
+	case merr != nil && ctx.Err() != nil:
+		// Only a measurement the interrupt cut short is retried; one that
+		// finished before Ctrl-C (say, during teardown) is scored below.
 		r.printf("trial %d interrupted; it will be retried on the next run\n", number)
 		attrs[attrState], attrs[attrReason] = StateInterrupted, "interrupted during measurement"
 		return done(goptuna.TrialStateFail)
@@ -389,13 +449,25 @@ func (r *runner) stop(srv *launcher.Server) {
 	_ = srv.Stop(ctx)
 }
 
-// heartbeat proves the trial's owner alive until the returned func is called.
+// heartbeat proves the trial's owner alive until the returned func is
+// called. A failed beat (a busy database) is retried; only a trial another
+// process has taken over ends it.
 func (r *runner) heartbeat(id int) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = r.store.KeepAlive(ctx, id, heartbeatEvery)
+		for {
+			err := r.store.KeepAlive(ctx, id, heartbeatEvery)
+			if err == nil || errors.Is(err, goptuna.ErrTrialCannotBeUpdated) {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(heartbeatEvery):
+			}
+		}
 	}()
 	return func() { cancel(); <-done }
 }
@@ -407,51 +479,67 @@ func (r *runner) servedModel() string {
 	return r.st.Model
 }
 
-// replay suggests the stored values of an interrupted trial, so its retry
-// runs the same config.
+// replay suggests stored values: the params of an interrupted trial for its
+// retry, or of any stored trial to rebuild its config. set, when not nil,
+// records each value on the new trial; a param without a stored value goes
+// to next, or is an error when next is nil.
 type replay struct {
-	*goptuna.Trial
-	store interface {
-		SetTrialParam(int, string, float64, interface{}) error
-	}
-	id     int
 	params map[string]interface{}
+	next   space.Suggester
+	set    func(name string, internal float64, dist interface{}) error
 }
 
-func (p *replay) set(name string, internal float64, dist interface{}) error {
-	return p.store.SetTrialParam(p.id, name, internal, dist)
+var errNoStoredValue = errors.New("no stored value")
+
+func (p *replay) use(name string, internal float64, dist interface{}) error {
+	if p.set == nil {
+		return nil
+	}
+	return p.set(name, internal, dist)
 }
 
 // SuggestStepInt implements space.Suggester.
 func (p *replay) SuggestStepInt(name string, low, high, step int) (int, error) {
 	if v, ok := p.params[name].(int); ok {
-		return v, p.set(name, float64(v), goptuna.StepIntUniformDistribution{Low: low, High: high, Step: step})
+		return v, p.use(name, float64(v), goptuna.StepIntUniformDistribution{Low: low, High: high, Step: step})
 	}
-	return p.Trial.SuggestStepInt(name, low, high, step)
+	if p.next == nil {
+		return 0, fmt.Errorf("%s: %w", name, errNoStoredValue)
+	}
+	return p.next.SuggestStepInt(name, low, high, step)
 }
 
 // SuggestFloat implements space.Suggester.
 func (p *replay) SuggestFloat(name string, low, high float64) (float64, error) {
 	if v, ok := p.params[name].(float64); ok {
-		return v, p.set(name, v, goptuna.UniformDistribution{Low: low, High: high})
+		return v, p.use(name, v, goptuna.UniformDistribution{Low: low, High: high})
 	}
-	return p.Trial.SuggestFloat(name, low, high)
+	if p.next == nil {
+		return 0, fmt.Errorf("%s: %w", name, errNoStoredValue)
+	}
+	return p.next.SuggestFloat(name, low, high)
 }
 
 // SuggestLogFloat implements space.Suggester.
 func (p *replay) SuggestLogFloat(name string, low, high float64) (float64, error) {
 	if v, ok := p.params[name].(float64); ok {
-		return v, p.set(name, v, goptuna.LogUniformDistribution{Low: low, High: high})
+		return v, p.use(name, v, goptuna.LogUniformDistribution{Low: low, High: high})
 	}
-	return p.Trial.SuggestLogFloat(name, low, high)
+	if p.next == nil {
+		return 0, fmt.Errorf("%s: %w", name, errNoStoredValue)
+	}
+	return p.next.SuggestLogFloat(name, low, high)
 }
 
 // SuggestDiscreteFloat implements space.Suggester.
 func (p *replay) SuggestDiscreteFloat(name string, low, high, q float64) (float64, error) {
 	if v, ok := p.params[name].(float64); ok {
-		return v, p.set(name, v, goptuna.DiscreteUniformDistribution{Low: low, High: high, Q: q})
+		return v, p.use(name, v, goptuna.DiscreteUniformDistribution{Low: low, High: high, Q: q})
 	}
-	return p.Trial.SuggestDiscreteFloat(name, low, high, q)
+	if p.next == nil {
+		return 0, fmt.Errorf("%s: %w", name, errNoStoredValue)
+	}
+	return p.next.SuggestDiscreteFloat(name, low, high, q)
 }
 
 // SuggestCategorical implements space.Suggester.
@@ -459,11 +547,21 @@ func (p *replay) SuggestCategorical(name string, choices []string) (string, erro
 	if v, ok := p.params[name].(string); ok {
 		for i, c := range choices {
 			if c == v {
-				return v, p.set(name, float64(i), goptuna.CategoricalDistribution{Choices: choices})
+				return v, p.use(name, float64(i), goptuna.CategoricalDistribution{Choices: choices})
 			}
 		}
 	}
-	return p.Trial.SuggestCategorical(name, choices)
+	if p.next == nil {
+		return "", fmt.Errorf("%s: %w", name, errNoStoredValue)
+	}
+	return p.next.SuggestCategorical(name, choices)
+}
+
+// observe feeds a launched config's startup facts to the space's predictions.
+func (r *runner) observe(p space.Params, f launcher.Facts) {
+	_ = r.st.ObserveFacts(p, space.Facts{
+		KVTokens: f.MaxTotalNumTokens, MaxRunningRequests: f.MaxRunningRequests, StateSlots: f.MambaCacheSize,
+	})
 }
 
 // requestRecords converts the load generator's per-request records for storage,
@@ -487,19 +585,27 @@ func requestRecords(in []objective.RequestRecord) []storage.RequestRecord {
 }
 
 // trialTag is the environment entry that marks a trial's server processes.
-func trialTag(study string, number int) string {
-	return fmt.Sprintf("SGTUNE_TRIAL=%s/%d", safeName(study), number)
+// The study's random id keeps two databases holding a study of the same
+// name from killing each other's servers.
+func (r *runner) trialTag(number int) string {
+	return fmt.Sprintf("SGTUNE_TRIAL=%s/%s/%d", safeName(r.st.Name), r.uid, number)
 }
 
-func gpuList(gpus []int) string {
-	if len(gpus) == 0 {
-		return "(default)"
-	}
+// gpuCSV is CUDA_VISIBLE_DEVICES for gpus ("" for none).
+func gpuCSV(gpus []int) string {
 	s := make([]string, len(gpus))
 	for i, g := range gpus {
 		s[i] = strconv.Itoa(g)
 	}
 	return strings.Join(s, ",")
+}
+
+// gpuList is gpuCSV for progress lines.
+func gpuList(gpus []int) string {
+	if len(gpus) == 0 {
+		return "(default)"
+	}
+	return gpuCSV(gpus)
 }
 
 func firstLine(s string) string {

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -42,15 +43,18 @@ func badInput(err error) error { return usageError{err} }
 type app struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
-	// interrupts delivers SIGINT/SIGTERM; the run command stops gracefully
-	// on the first and tears down at once on the second.
+	// interrupts delivers SIGINT/SIGTERM. run stops gracefully on the
+	// first, tears down at once on the second and exits on the third;
+	// every other command is cancelled on the first.
 	interrupts <-chan os.Signal
+	// exit ends the process (the third interrupt of run); nil in tests.
+	exit func(code int)
 }
 
 func main() {
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	a := &app{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, interrupts: sig}
+	a := &app{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, interrupts: sig, exit: os.Exit}
 	os.Exit(a.execute(context.Background(), os.Args[1:]))
 }
 
@@ -60,7 +64,27 @@ func (a *app) execute(ctx context.Context, args []string) int {
 	root.SetArgs(args)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
+	// run handles its interrupts itself (graceful, then at once); any other
+	// command is simply cancelled by the first one.
+	var interrupted atomic.Bool
+	if c, _, err := root.Find(args); err != nil || c.Name() != "run" {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-a.interrupts:
+				interrupted.Store(true)
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	err := root.ExecuteContext(ctx)
+	if interrupted.Load() {
+		fmt.Fprintln(a.stderr, "sgtune: interrupted")
+		return exitInterrupted
+	}
 	if err == nil {
 		return exitOK
 	}

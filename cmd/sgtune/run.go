@@ -38,13 +38,13 @@ func (a *app) runCmd() *cobra.Command {
 		Use:   "run STUDY_FILE",
 		Short: "Run a study, or continue it if the storage already holds it",
 		Long: `Run proposes configurations from the study's space, rejects the ones the
-engine's rules say cannot work, launches and benchmarks the rest one GPU group
-at a time, and stores every trial. Running the same command again continues the
+engine's rules say cannot work, launches and benchmarks the rest (one trial per
+GPU group, side by side with --parallel), and stores every trial. Running the same command again continues the
 study: trial numbers continue, completed trials are kept, and trials that were
 interrupted are re-run first.
 
 The first Ctrl-C stops launching, ends the running trial cleanly and marks it to
-be retried; a second Ctrl-C tears the servers down at once.
+be retried; a second Ctrl-C tears the servers down at once; a third exits.
 
 --trials is the number of launched trials the whole study may use (also across
 resumed runs); proposals rejected before launch do not count. --timeout stops
@@ -60,6 +60,18 @@ starting new trials after the given time; the trial in flight finishes.`,
 			if trials < 0 || parallel < 0 || timeout < 0 {
 				return badInput(errors.New("--trials, --parallel and --timeout must not be negative"))
 			}
+			if groups := max(len(st.GPUGroups), 1); parallel > groups {
+				return badInput(fmt.Errorf("--parallel %d: the study has %d GPU group(s) (gpus.groups in %s); one trial runs per group", parallel, groups, st.Path))
+			}
+			dbPath, err := storage.ParsePath(storagePath)
+			if err != nil {
+				return badInput(fmt.Errorf("--storage: %w", err))
+			}
+			if dir := filepath.Dir(dbPath); dir != "" {
+				if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+					return badInput(fmt.Errorf("--storage %s: directory %s does not exist", storagePath, dir))
+				}
+			}
 			plan, err := search.Preflight(st, a.getenv)
 			if err != nil {
 				return err
@@ -70,7 +82,7 @@ starting new trials after the given time; the trial in flight finishes.`,
 			}
 			defer store.Close()
 			if logDir == "" {
-				logDir = filepath.Join(filepath.Dir(storagePath), "sgtune-logs")
+				logDir = filepath.Join(filepath.Dir(dbPath), "sgtune-logs")
 			}
 
 			ctx, stop := context.WithCancel(cmd.Context())
@@ -85,7 +97,7 @@ starting new trials after the given time; the trial in flight finishes.`,
 				Trials: trials, Timeout: timeout, Parallel: parallel,
 				Out: a.stdout, Getenv: a.getenv, Abort: abort, Plan: &plan,
 			})
-			a.printSummary(st, sum)
+			a.printSummary(st, sum, storagePath)
 			if runErr != nil {
 				return runErr
 			}
@@ -99,12 +111,13 @@ starting new trials after the given time; the trial in flight finishes.`,
 	f.StringVar(&storagePath, "storage", "sgtune.db", "SQLite database holding the study")
 	f.IntVar(&trials, "trials", 0, "launched-trial budget for the study (default: the study file's budget.trials)")
 	f.DurationVar(&timeout, "timeout", 0, "stop starting trials after this long, e.g. 8h (default: the study file's budget.timeout)")
-	f.IntVar(&parallel, "parallel", 0, "trials at once, one per GPU group (default: the study file's budget.parallel or 1)")
+	f.IntVar(&parallel, "parallel", 0, "trials at once, one per GPU group (default: the study file's budget.parallel, else every group)")
 	f.StringVar(&logDir, "log-dir", "", "directory for per-trial server logs (default: sgtune-logs beside the storage)")
 	return cmd
 }
 
-// watchSignals cancels the run on the first interrupt and closes abort on the second.
+// watchSignals cancels the run on the first interrupt, closes abort on the
+// second and exits on the third.
 func (a *app) watchSignals(stop context.CancelFunc, abort chan struct{}, done <-chan struct{}) {
 	if a.interrupts == nil {
 		return
@@ -115,20 +128,25 @@ func (a *app) watchSignals(stop context.CancelFunc, abort chan struct{}, done <-
 		case <-done:
 			return
 		case <-a.interrupts:
-			n++
-			if n == 1 {
+			switch n++; n {
+			case 1:
 				fmt.Fprintln(a.stderr, "sgtune: interrupt: finishing the running trial cleanly (Ctrl-C again to tear down at once)")
 				stop()
-			} else {
-				fmt.Fprintln(a.stderr, "sgtune: second interrupt: tearing down now")
+			case 2:
+				fmt.Fprintln(a.stderr, "sgtune: second interrupt: tearing down now (Ctrl-C again to exit at once)")
 				close(abort)
+			default:
+				fmt.Fprintln(a.stderr, "sgtune: third interrupt: exiting; run the same command to clean up and continue")
+				if a.exit != nil {
+					a.exit(exitInterrupted)
+				}
 				return
 			}
 		}
 	}
 }
 
-func (a *app) printSummary(st *space.Study, sum search.Summary) {
+func (a *app) printSummary(st *space.Study, sum search.Summary, storagePath string) {
 	counts := map[string]int{}
 	for _, r := range sum.Records {
 		counts[r.State]++
@@ -148,7 +166,11 @@ func (a *app) printSummary(st *space.Study, sum search.Summary) {
 	b := sum.Best
 	fmt.Fprintf(a.stdout, "best: trial %d, score %.2f\n", b.Number, *b.Score)
 	fmt.Fprintf(a.stdout, "  %s\n", strings.Join(b.Flags(), " "))
-	fmt.Fprintln(a.stdout, "export it with: sgtune export --format bash -o best-launch.sh")
+	hint := "sgtune export"
+	if storagePath != "sgtune.db" {
+		hint += " --storage " + storagePath
+	}
+	fmt.Fprintf(a.stdout, "export it with: %s --format bash -o best-launch.sh\n", hint)
 }
 
 // exactArgs is cobra.ExactArgs with bad input mapped to exit code 2.
@@ -164,7 +186,11 @@ func exactArgs(n int) cobra.PositionalArgs {
 // openExisting opens a storage that must already exist: commands that only
 // read never create a database.
 func openExisting(path string) (*storage.Store, error) {
-	if _, err := os.Stat(path); err != nil {
+	file, err := storage.ParsePath(path)
+	if err != nil {
+		return nil, badInput(fmt.Errorf("--storage: %w", err))
+	}
+	if _, err := os.Stat(file); err != nil {
 		return nil, badInput(fmt.Errorf("no storage at %s (run `sgtune run STUDY_FILE` first, or pass --storage): %w", path, err))
 	}
 	return storage.Open(path)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sgtune/sgtune/objective/fakesse"
 	"github.com/sgtune/sgtune/search"
 )
 
@@ -427,19 +429,24 @@ func TestKill9Resume(t *testing.T) {
 	if !strings.Contains(seen.String(), "trial 1 ready") {
 		t.Fatalf("sgtune never got trial 1 ready:\n%s", seen.String())
 	}
-	tag := "SGTUNE_TRIAL=kill9/1"
-	if len(tagged(tag)) == 0 {
-		t.Fatalf("no server process carries %s", tag)
+	// The tag is SGTUNE_TRIAL=<study>/<study id>/<trial number>.
+	tagged := func() []string {
+		return procsWithEnv(func(kv string) bool {
+			return strings.HasPrefix(kv, "SGTUNE_TRIAL=kill9/") && strings.HasSuffix(kv, "/1")
+		})
+	}
+	if len(tagged()) == 0 {
+		t.Fatal("no server process carries trial 1's tag")
 	}
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	go io.Copy(io.Discard, stdout)
 	_ = cmd.Wait()
 
 	deadline := time.Now().Add(10 * time.Second)
-	for len(tagged(tag)) > 0 && time.Now().Before(deadline) {
+	for len(tagged()) > 0 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	if pids := tagged(tag); len(pids) > 0 {
+	if pids := tagged(); len(pids) > 0 {
 		t.Fatalf("server processes %v outlived kill -9 of sgtune", pids)
 	}
 
@@ -463,11 +470,6 @@ func TestKill9Resume(t *testing.T) {
 	if !retried {
 		t.Errorf("trial 1 was not re-run: %v\n%s", states(recs), out)
 	}
-}
-
-// tagged lists live processes whose environment holds exactly tag.
-func tagged(tag string) []string {
-	return procsWithEnv(func(kv string) bool { return kv == tag })
 }
 
 // leftovers lists live processes whose environment has an entry starting with prefix.
@@ -617,5 +619,43 @@ func TestTimeoutStopsLaunching(t *testing.T) {
 	}
 	if !strings.Contains(out, "timeout reached") {
 		t.Errorf("no word of the timeout:\n%s", out)
+	}
+}
+
+// TestBenchInterrupted: Ctrl-C stops `sgtune bench` promptly with exit 130.
+func TestBenchInterrupted(t *testing.T) {
+	srv := httptest.NewServer(&fakesse.Server{TokenInterval: 50 * time.Millisecond, Tokens: 200})
+	defer srv.Close()
+	sig := make(chan os.Signal, 1)
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		sig <- syscall.SIGINT
+	}()
+	start := time.Now()
+	code, out := cli(t, sig, nil, "bench", "--url", srv.URL, "--concurrency", "4", "--requests", "8",
+		"--repeats", "1", "--max-tokens", "200", "--warmup=false")
+	if code != exitInterrupted {
+		t.Fatalf("exit %d, want %d\n%s", code, exitInterrupted, out)
+	}
+	// Uninterrupted, the sweep takes 2 x 200 x 50 ms = 20 s.
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("bench took %v to stop after Ctrl-C", d)
+	}
+}
+
+// TestParallelBeyondGroupsWritesNothing: --parallel above the GPU groups is bad input, checked before the storage is created.
+func TestParallelBeyondGroupsWritesNothing(t *testing.T) {
+	buildBins(t, "sglang-sim")
+	dir := t.TempDir()
+	study := writeFile(t, dir, "s.yaml", studyYAML("p", 100, fmt.Sprintf(twoParams, 1)))
+	db := filepath.Join(dir, "s.db")
+	if code, out := cli(t, nil, nil, "run", study, "--storage", db, "--parallel", "2"); code != exitUsage {
+		t.Fatalf("exit %d, want %d\n%s", code, exitUsage, out)
+	}
+	if _, err := os.Stat(db); !os.IsNotExist(err) {
+		t.Errorf("--parallel beyond the groups created %s", db)
+	}
+	if code, out := cli(t, nil, nil, "run", study, "--storage", filepath.Join(dir, "missing", "s.db")); code != exitUsage {
+		t.Errorf("storage in a missing directory: exit %d\n%s", code, out)
 	}
 }

@@ -215,9 +215,6 @@ as --host, --port or --api-key, are passed through to the engine.`,
 			case len(rec.LaunchCmd) > 0:
 				l.Command = rec.LaunchCmd
 			}
-			if l.GPUs == "(default)" {
-				l.GPUs = ""
-			}
 			w := a.stdout
 			if out != "" && out != "-" {
 				f, err := os.OpenFile(out, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
@@ -229,6 +226,11 @@ as --host, --port or --api-key, are passed through to the engine.`,
 			}
 			if err := report.Write(w, format, l); err != nil {
 				return err
+			}
+			if f, ok := w.(*os.File); ok && f != os.Stdout {
+				if err := f.Close(); err != nil {
+					return fmt.Errorf("export: %w", err)
+				}
 			}
 			if out != "" && out != "-" {
 				fmt.Fprintf(a.stderr, "wrote %s (study %s, trial %d)\n", out, name, rec.Number)
