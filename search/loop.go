@@ -104,8 +104,7 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	}
 	r := &runner{opt: opt, st: st, store: opt.Store, out: &syncWriter{w: opt.Out}}
 	r.sum.Study = st.Name
-	host, _ := os.Hostname()
-	r.owner = fmt.Sprintf("%s:%d", host, os.Getpid())
+	r.owner = fmt.Sprintf("%s:%d", hostname(), os.Getpid())
 
 	plan := opt.Plan
 	if plan == nil {
@@ -301,7 +300,7 @@ func (r *runner) resume() error {
 	if err != nil {
 		return err
 	}
-	host, _ := os.Hostname()
+	host := hostname()
 	for i, rec := range recs {
 		if rec.State != StateRunning {
 			continue
@@ -379,6 +378,11 @@ func storedTrials(st StudyStore, study string) int {
 		return 0
 	}
 	return len(recs)
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
 }
 
 // ownerDead reports whether owner ("host:pid") is a process of this host
