@@ -197,6 +197,12 @@ func runHelper(mode string, args []string) int {
 	case "hang":
 		startupLines(key)
 		select {}
+	case "hang-ignore-term": // never ready, ignores SIGTERM, with a group member that does too
+		signal.Ignore(syscall.SIGTERM)
+		spawnSleeper()
+		startupLines(key)
+		fmt.Printf("HELPER_PID=%d\n", os.Getpid()) // SIGTERM is ignored from here on
+		select {}
 	case "port-once", "port-always":
 		marker := os.Getenv("HELPER_MARKER")
 		if _, err := os.Stat(marker); mode == "port-always" || err != nil {

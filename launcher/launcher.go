@@ -61,7 +61,16 @@ type Spec struct {
 	// ReleaseTimeout bounds the waits after the group is gone (port free,
 	// GPUs released); 0 means 2 minutes.
 	ReleaseTimeout time.Duration
+	// Abort is closed to tear the server down at once: SIGKILL, no grace,
+	// no release waits (the port and GPU waits are skipped; the short wait
+	// for the killed group to be gone still runs). It ends a Start in
+	// progress (its error then wraps ErrAborted unless ctx ended first) and
+	// cuts short a Stop. Nil never aborts. (sgtune run: the second Ctrl-C.)
+	Abort <-chan struct{}
 }
+
+// ErrAborted is the cause of a Start ended by closing Spec.Abort.
+var ErrAborted = errors.New("launcher: aborted")
 
 // Facts are what the startup log says about the server.
 type Facts struct {
@@ -180,10 +189,25 @@ const tailLines = 60
 // Start launches spec and waits until the server is ready, has died, or the
 // startup timeout passed. On failure the error is a *Failure and no process
 // of the server is left. When ctx ends first, the server is stopped and the
-// error wraps ctx.Err(). GPUs that other processes use make it return an
-// error wrapping ErrGPUsBusy without launching. The server's lifetime does
-// not depend on ctx once Start returned: end it with Stop.
+// error wraps ctx.Err(). The teardown after a failure or a cancel sends
+// SIGTERM and waits up to Spec.Grace, then for the port and GPUs; closing
+// Spec.Abort cuts all of that short (SIGKILL at once). GPUs that other
+// processes use make it return an error wrapping ErrGPUsBusy without
+// launching. The server's lifetime does not depend on ctx once Start
+// returned: end it with Stop.
 func Start(ctx context.Context, spec Spec) (*Server, error) {
+	// Abort also ends the startup wait, not just the teardown after it.
+	ctx, cancelStart := context.WithCancelCause(ctx)
+	defer cancelStart(nil)
+	if spec.Abort != nil {
+		go func() { // ends when Start returns (deferred cancel) or on abort
+			select {
+			case <-spec.Abort:
+				cancelStart(ErrAborted)
+			case <-ctx.Done():
+			}
+		}()
+	}
 	if len(spec.Argv) == 0 {
 		return nil, &Failure{Class: ClassBadCommand, ExitCode: -1, Err: errors.New("empty command")}
 	}
@@ -253,15 +277,20 @@ func Start(ctx context.Context, spec Spec) (*Server, error) {
 			return s, nil
 		case readyDied:
 			_, _, m := s.sink.state()
-			if m != nil && m.port && attempt < PortAttempts {
+			if m != nil && m.port && attempt < PortAttempts && ctx.Err() == nil {
 				s.sink.note(fmt.Sprintf("port %d was taken; retrying on another port", port))
-				_ = s.release(context.WithoutCancel(ctx))
-				continue
+				_ = s.teardown(ctx, false)
+				if ctx.Err() == nil {
+					continue
+				}
+				s.sink.note("start canceled")
+				s.closeLog()
+				return nil, fmt.Errorf("launcher: start canceled: %w", context.Cause(ctx))
 			}
 			class := classify(m, p.exitCode, false)
 			s.sink.note(fmt.Sprintf("exited with status %d before ready: %s", p.exitCode, class))
 			f := s.newFailure(class, p.exitCode, m, nil)
-			_ = s.release(context.WithoutCancel(ctx))
+			_ = s.teardown(ctx, false)
 			s.closeLog()
 			return nil, f
 		case readyTimeout, readyCanceled:
@@ -270,14 +299,50 @@ func Start(ctx context.Context, spec Spec) (*Server, error) {
 				why = "start canceled"
 			}
 			s.sink.note(why + "; stopping the process group")
-			s.terminate(context.WithoutCancel(ctx))
-			_ = s.release(context.WithoutCancel(ctx))
+			_ = s.teardown(ctx, true)
 			s.closeLog()
 			if res == readyCanceled {
 				return nil, fmt.Errorf("launcher: start canceled: %w", context.Cause(ctx))
 			}
 			return nil, s.newFailure(ClassStartupTimeout, p.exitCode, nil, fmt.Errorf("not ready within %s", timeout))
 		}
+	}
+}
+
+// teardown ends the attempt's process group (when term is set) and waits
+// for its release, after Start's ctx ended or the attempt failed: the waits
+// outlive ctx, but not Spec.Abort.
+func (s *Server) teardown(ctx context.Context, term bool) error {
+	tctx, cancel := s.abortable(context.WithoutCancel(ctx))
+	defer cancel()
+	if term {
+		s.terminate(tctx)
+	}
+	return s.release(tctx)
+}
+
+// abortable returns a context that also ends when Spec.Abort is closed.
+func (s *Server) abortable(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	if s.spec.Abort != nil {
+		go func() { // ends on abort or when the caller cancels
+			select {
+			case <-s.spec.Abort:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return ctx, cancel
+}
+
+// aborted reports whether Spec.Abort is closed.
+func (s *Server) aborted() bool {
+	select {
+	case <-s.spec.Abort: // a nil channel never fires
+		return true
+	default:
+		return false
 	}
 }
 
@@ -429,8 +494,10 @@ func (s *Server) monitor() {
 // then waits until no process of the group is left, its port is free and,
 // where nvidia-smi exists, its GPUs hold no compute process and their used
 // memory dropped back. It is safe to call more than once and
-// concurrently; later calls wait for the first and return its result. ctx bounds the waits; the group gets
-// SIGKILL at once when ctx ends.
+// concurrently; later calls wait for the first and return its result. ctx
+// bounds the waits; the group gets SIGKILL at once when ctx ends. Closing
+// Spec.Abort (before or during Stop) also sends SIGKILL at once and skips
+// the port and GPU waits.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if s.stopped {
@@ -455,9 +522,11 @@ func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Unlock()
 
 	s.sink.note("stopping")
-	s.terminate(ctx)
+	tctx, cancel := s.abortable(ctx)
+	defer cancel()
+	s.terminate(tctx)
 	<-s.exited // monitor ends right after the process exit
-	err := s.release(ctx)
+	err := s.release(tctx)
 	s.closeLog()
 	s.mu.Lock()
 	s.stopErr = err
@@ -466,13 +535,20 @@ func (s *Server) Stop(ctx context.Context) error {
 }
 
 // terminate sends SIGTERM to the group, waits for the leader up to the
-// grace period (or ctx), then sends SIGKILL and waits for the exit.
+// grace period (or ctx), then sends SIGKILL and waits for the exit. After
+// Spec.Abort it sends SIGKILL at once.
 func (s *Server) terminate(ctx context.Context) {
 	p := s.proc
 	select {
 	case <-p.done:
 		return
 	default:
+	}
+	if s.aborted() {
+		s.sink.note("aborted; sending SIGKILL")
+		p.signalGroup(syscall.SIGKILL)
+		<-p.done
+		return
 	}
 	grace := s.spec.Grace
 	if grace <= 0 {
@@ -487,14 +563,19 @@ func (s *Server) terminate(ctx context.Context) {
 	case <-t.C:
 		s.sink.note(fmt.Sprintf("still running %s after SIGTERM; sending SIGKILL", grace))
 	case <-ctx.Done():
-		s.sink.note("stop canceled; sending SIGKILL")
+		if s.aborted() {
+			s.sink.note("aborted; sending SIGKILL")
+		} else {
+			s.sink.note("stop canceled; sending SIGKILL")
+		}
 	}
 	p.signalGroup(syscall.SIGKILL)
 	<-p.done // SIGKILL cannot be ignored; the wait goroutine reaps promptly
 }
 
 // release waits, after the leader exited, until the group is gone, the
-// port is free, the output copy ended, and the GPUs are released.
+// port is free, the output copy ended, and the GPUs are released. After
+// Spec.Abort only the (short) wait for the group runs.
 func (s *Server) release(ctx context.Context) error {
 	timeout := s.spec.ReleaseTimeout
 	if timeout <= 0 {
@@ -511,12 +592,25 @@ func (s *Server) release(ctx context.Context) error {
 	if err := waitGroupGone(gctx, p.pid); err != nil {
 		errs = append(errs, err)
 	}
-	if err := waitPortFree(rctx, s.Port); err != nil {
-		errs = append(errs, err)
+	skipped := func() bool {
+		if s.aborted() {
+			s.sink.note("aborted; not waiting for the port and GPUs to be released")
+			return true
+		}
+		return false
 	}
-	p.endCopy(2 * time.Second)
-	if err := waitGPUsReleased(rctx, s.spec.GPUs, s.baseline, timeout); err != nil {
-		errs = append(errs, err)
+	if !skipped() {
+		if err := waitPortFree(rctx, s.Port); err != nil && !skipped() {
+			errs = append(errs, err)
+		}
+	}
+	if s.aborted() {
+		p.endCopy(drainWait)
+	} else {
+		p.endCopy(2 * time.Second)
+		if err := waitGPUsReleased(rctx, s.spec.GPUs, s.baseline, timeout); err != nil && !skipped() {
+			errs = append(errs, err)
+		}
 	}
 	err := errors.Join(errs...)
 	if err != nil {

@@ -443,3 +443,133 @@ func BenchmarkCrashDetection(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns-exit-to-failure/op")
 }
+
+// waitLog polls the log until re matches, for up to 30 s.
+func waitLog(t *testing.T, path string, re *regexp.Regexp) []string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(path)
+		if m := re.FindStringSubmatch(string(b)); m != nil {
+			return m
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("log lacks %s:\n%s", re, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestAbortDuringStart: a server that ignores SIGTERM and never gets ready;
+// Start's teardown would wait the whole grace, Abort cuts it short.
+func TestAbortDuringStart(t *testing.T) {
+	tests := []struct {
+		name    string
+		cancel  bool  // cancel Start's ctx before closing Abort
+		wantErr error // what the error wraps
+	}{
+		{"cancel then abort", true, context.Canceled},
+		{"abort alone", false, ErrAborted},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := helperSpec(t, "hang-ignore-term")
+			spec.Grace = 20 * time.Second
+			spec.ReleaseTimeout = 0 // the 2 min default: Abort must skip it
+			abort := make(chan struct{})
+			spec.Abort = abort
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			type result struct {
+				srv *Server
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				srv, err := Start(ctx, spec)
+				done <- result{srv, err}
+			}()
+			m := waitLog(t, spec.LogPath, regexp.MustCompile(`HELPER_PID=(\d+)`))
+			pid, _ := strconv.Atoi(m[1])
+			killGroup(t, pid)
+			sm := waitLog(t, spec.LogPath, regexp.MustCompile(`SLEEPER_PID=(\d+)`))
+			sleeper, _ := strconv.Atoi(sm[1])
+			t.Cleanup(func() { _ = syscall.Kill(sleeper, syscall.SIGKILL) })
+
+			t0 := time.Now()
+			if tt.cancel {
+				cancel()
+				time.Sleep(200 * time.Millisecond)
+				select {
+				case r := <-done:
+					t.Fatalf("Start returned %v before the abort: SIGTERM was not ignored?", r.err)
+				default:
+				}
+			}
+			close(abort)
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(2 * spec.Grace):
+				t.Fatal("Start did not return")
+			}
+			if d := time.Since(t0); d >= spec.Grace/2 {
+				t.Errorf("Start returned %v after the cancel, want well before the %v grace", d, spec.Grace)
+			}
+			if r.srv != nil || !errors.Is(r.err, tt.wantErr) {
+				t.Errorf("Start = %v, %v; want nil and an error wrapping %v", r.srv, r.err, tt.wantErr)
+			}
+			if !groupGone(t, pid) || pidAlive(sleeper) {
+				t.Errorf("process group %d (sleeper %d alive: %v) left after the abort", pid, sleeper, pidAlive(sleeper))
+			}
+			log, _ := os.ReadFile(spec.LogPath)
+			if !strings.Contains(string(log), "aborted; sending SIGKILL") {
+				t.Errorf("log lacks the abort:\n%s", log)
+			}
+		})
+	}
+}
+
+// TestAbortDuringStop: Stop waits the grace for a server that ignores
+// SIGTERM; closing Abort meanwhile kills it at once.
+func TestAbortDuringStop(t *testing.T) {
+	spec := helperSpec(t, "ignore-term")
+	spec.Grace = 20 * time.Second
+	abort := make(chan struct{})
+	spec.Abort = abort
+	srv, err := Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	killGroup(t, srv.PID)
+	t0 := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- srv.Stop(context.Background()) }()
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned %v before the abort: SIGTERM was not ignored?", err)
+	default:
+	}
+	close(abort)
+	select {
+	case err = <-stopped:
+	case <-time.After(2 * spec.Grace):
+		t.Fatal("Stop did not return")
+	}
+	if d := time.Since(t0); d >= spec.Grace/2 {
+		t.Errorf("Stop returned after %v, want well before the %v grace", d, spec.Grace)
+	}
+	if err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	if f := srv.Failure(); f != nil {
+		t.Errorf("an aborted stop is not a failure: %v", f)
+	}
+	if !groupGone(t, srv.PID) {
+		t.Error("group left")
+	}
+	if log, _ := os.ReadFile(spec.LogPath); !strings.Contains(string(log), "aborted; sending SIGKILL") {
+		t.Errorf("log lacks the abort:\n%s", log)
+	}
+}

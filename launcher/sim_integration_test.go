@@ -24,8 +24,8 @@ var (
 )
 
 // buildSim builds cmd/sglang-sim once per test binary into a temporary
-// directory. The test is skipped when it cannot be built: the simulator's
-// own tests report that.
+// directory. A failed build fails the test: skipping would hide the lost
+// coverage. Only -short skips (no build at all).
 func buildSim(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
@@ -52,7 +52,7 @@ func buildSim(t *testing.T) string {
 		}
 	})
 	if simErr != nil {
-		t.Skipf("cannot build sglang-sim: %v", simErr)
+		t.Fatalf("cannot build sglang-sim: %v", simErr)
 	}
 	return simPath
 }

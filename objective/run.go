@@ -34,6 +34,16 @@ var ErrQuality = errors.New("quality gate failed")
 // DefaultHangTimeout is used when Workload.HangTimeout is 0.
 const DefaultHangTimeout = 60 * time.Second
 
+// DefaultPromptTokens is the chat prompt length used when
+// ChatSpec.PromptTokens is 0; rules that size the KV cache assume it too.
+const DefaultPromptTokens = 256
+
+// Default quality gate sizes, used when both request counts are 0 (unset).
+const (
+	DefaultJSONRequests = 24
+	DefaultToolRequests = 8
+)
+
 // Run measures w against t. The Result holds every point finished so far,
 // also when an error ends the run early. Errors wrap ErrHang (no token
 // progress), ErrQuality (a gate failed), ErrFailedRequests (requests of a
@@ -174,7 +184,7 @@ func (w Workload) WithDefaults() Workload {
 		ch.Warmup = &on
 	}
 	if ch.PromptTokens == 0 {
-		ch.PromptTokens = 256
+		ch.PromptTokens = DefaultPromptTokens
 	}
 	m := &w.Matrix
 	if len(m.Contexts) == 0 {
@@ -194,12 +204,13 @@ func (w Workload) WithDefaults() Workload {
 		m.Warmup = &on
 	}
 	q := &w.Quality
-	if q.JSONRequests == 0 {
-		q.JSONRequests = 24
+	// Both 0 means unset; one 0 is a choice (e.g. json_requests: 0 to run
+	// only the tool gate) and must be kept.
+	if q.JSONRequests == 0 && q.ToolRequests == 0 {
+		q.JSONRequests = DefaultJSONRequests
+		q.ToolRequests = DefaultToolRequests
 	}
-	if q.ToolRequests == 0 {
-		q.ToolRequests = 8
-	}
+	// 0 means unset here; study files and --min-pass reject an explicit 0.
 	if q.MinPass == 0 {
 		q.MinPass = 1
 	}

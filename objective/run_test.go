@@ -287,6 +287,40 @@ func TestQualityGates(t *testing.T) {
 	}
 }
 
+func TestQualityDefaults(t *testing.T) {
+	tests := []struct {
+		name       string
+		in         QualitySpec
+		json, tool int
+		minPass    float64
+	}{
+		{"unset", QualitySpec{}, DefaultJSONRequests, DefaultToolRequests, 1},
+		{"json off", QualitySpec{ToolRequests: 8}, 0, 8, 1},
+		{"tool off", QualitySpec{JSONRequests: 5}, 5, 0, 1},
+		{"both set", QualitySpec{JSONRequests: 3, ToolRequests: 2, MinPass: 0.5}, 3, 2, 0.5},
+		{"min pass kept", QualitySpec{MinPass: 0.25}, DefaultJSONRequests, DefaultToolRequests, 0.25},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := Workload{Quality: tt.in}.WithDefaults().Quality
+			if q.JSONRequests != tt.json || q.ToolRequests != tt.tool || q.MinPass != tt.minPass {
+				t.Errorf("WithDefaults(%+v) = %+v, want json %d tool %d min_pass %v", tt.in, q, tt.json, tt.tool, tt.minPass)
+			}
+		})
+	}
+}
+
+// TestQualityJSONOff checks that json_requests: 0 sends no JSON gate request.
+func TestQualityJSONOff(t *testing.T) {
+	q, err := RunQuality(context.Background(), fake(t, &fakesse.Server{}), QualitySpec{Enabled: true, ToolRequests: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Summary.JSON != "0/0" || q.Summary.Tool != "3/3" || !q.Pass {
+		t.Errorf("check = %+v, want json 0/0, tool 3/3, pass", q)
+	}
+}
+
 func TestWorkloadValidate(t *testing.T) {
 	tests := []struct {
 		name string

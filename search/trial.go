@@ -255,6 +255,7 @@ func (r *runner) launch(ctx context.Context, id, number int, label string, gpus 
 		LogPath:        logPath,
 		StartupTimeout: r.st.Launch.StartupTimeout,
 		APIKey:         r.apiKey,
+		Abort:          r.opt.Abort,
 	}
 	// The tag lets a later run find and kill this server if sgtune dies
 	// without taking it down. cfg.Env already holds engine.env.
@@ -433,20 +434,10 @@ func (r *runner) count(state string) {
 	}
 }
 
-// stop tears the server down, at once when the run is aborted.
+// stop tears the server down; the spec's Abort channel (second Ctrl-C)
+// makes the launcher skip the grace period.
 func (r *runner) stop(srv *launcher.Server) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if r.opt.Abort != nil {
-		go func() {
-			select {
-			case <-r.opt.Abort:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-	}
-	_ = srv.Stop(ctx)
+	_ = srv.Stop(context.Background())
 }
 
 // heartbeat proves the trial's owner alive until the returned func is

@@ -897,8 +897,13 @@ func (d *dec) workload(st *Study, top *mapNode) {
 	if q.int("tool_requests", &w.Quality.ToolRequests) && w.Quality.ToolRequests < 0 {
 		q.failKey("tool_requests", "%d; valid: an integer >= 0", w.Quality.ToolRequests)
 	}
-	if q.float("min_pass", &w.Quality.MinPass) && (w.Quality.MinPass < 0 || w.Quality.MinPass > 1) {
-		q.failKey("min_pass", "%v; valid: a fraction in [0, 1]", w.Quality.MinPass)
+	// 0 would mean "unset" to objective.Workload.WithDefaults (min_pass 1),
+	// so an explicit 0 is rejected rather than silently made strict.
+	if w.Quality.Enabled && w.Quality.JSONRequests == 0 && w.Quality.ToolRequests == 0 {
+		q.failKey("json_requests", "0 with tool_requests 0; valid: at least one check, or enabled: false to turn the gates off")
+	}
+	if q.float("min_pass", &w.Quality.MinPass) && !(w.Quality.MinPass > 0 && w.Quality.MinPass <= 1) {
+		q.failKey("min_pass", "%v; valid: a fraction in (0, 1]; use enabled: false to turn the gates off", w.Quality.MinPass)
 	}
 }
 

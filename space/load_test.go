@@ -89,6 +89,9 @@ func TestLoadErrorTable(t *testing.T) {
 		{"gpus overlap", base + "gpus: {per_trial: 1, groups: [[0], [0]]}\n", "GPU 0 is in two groups"},
 		{"kind", base + "workload: {kind: soak}\n", `workload.kind: "soak"; valid: chat or matrix`},
 		{"concurrency zero", base + "workload: {chat: {concurrency: [0], requests: [1]}}\n", "workload.chat.concurrency[0]: 0; valid: an integer >= 1"},
+		{"min_pass zero", base + "workload: {quality: {min_pass: 0}}\n", "workload.quality.min_pass: 0; valid: a fraction in (0, 1]; use enabled: false to turn the gates off"},
+		{"min_pass negative", base + "workload: {quality: {min_pass: -0.5}}\n", "workload.quality.min_pass: -0.5; valid: a fraction in (0, 1]"},
+		{"min_pass over 1", base + "workload: {quality: {min_pass: 1.5}}\n", "workload.quality.min_pass: 1.5; valid: a fraction in (0, 1]"},
 		{"score level", base + "score: {concurrency: 48}\n", "score.concurrency: 48 is not a measured level"},
 		{"duration", base + "launch: {startup_timeout: 20}\n", "launch.startup_timeout: got an integer (20); valid: a Go duration"},
 		{"duration text", base + "launch: {startup_timeout: soon}\n", `launch.startup_timeout: "soon" is not a duration`},
@@ -119,6 +122,32 @@ func TestLoadErrorTable(t *testing.T) {
 				if !strings.HasPrefix(line, "t.yaml:") {
 					t.Errorf("line %q is not file:line:col: ...", line)
 				}
+			}
+		})
+	}
+}
+
+func TestQualityMinPassValid(t *testing.T) {
+	tests := []struct {
+		name, quality string
+		json, tool    int
+		minPass       float64
+	}{
+		{"unset", "{}", 24, 8, 1},
+		{"small fraction", "{min_pass: 0.01}", 24, 8, 0.01},
+		{"one", "{min_pass: 1}", 24, 8, 1},
+		{"tool gate only", "{json_requests: 0, tool_requests: 8, min_pass: 0.5}", 0, 8, 0.5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, err := Parse("t.yaml", []byte(base+"workload: {quality: "+tt.quality+"}\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// WithDefaults must keep what Load produced (json_requests: 0 stays 0).
+			q := st.Workload.WithDefaults().Quality
+			if q.JSONRequests != tt.json || q.ToolRequests != tt.tool || q.MinPass != tt.minPass {
+				t.Errorf("quality = %+v, want json %d tool %d min_pass %v", q, tt.json, tt.tool, tt.minPass)
 			}
 		})
 	}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sgtune/sgtune/objective"
 )
 
 // The SGLang rules below cite /work/shared/reference/sglang.md ("ref §N").
@@ -225,9 +227,31 @@ func (s *Study) maxConcurrency() int {
 	return slices.Max(levels)
 }
 
-// promptTokensForKV is the prompt length assumed when the workload leaves
-// prompt_tokens to the load generator.
-const promptTokensForKV = 512
+// kvNeed is the chat workload's KV demand on one DP worker at its highest
+// concurrency: max_total_num_tokens is per DP worker (ref §3: the scheduler
+// summary is per DP worker's TP rank 0; ref §2: requests are split
+// max_running_requests // attn_dp_size), so the running requests are split
+// the same way. running is the total across workers (capped by mr per
+// worker when known); prompt defaults to the load generator's.
+type kvNeed struct {
+	running, perWorker, attnDP, prompt, maxTokens int
+}
+
+func (k kvNeed) tokens() int { return k.perWorker * (k.prompt + k.maxTokens) }
+
+func (s *Study) chatKVNeed(conc, mr, attnDP int) kvNeed {
+	attnDP = max(attnDP, 1)
+	running := conc
+	if mr > 0 {
+		running = min(conc, mr*attnDP)
+	}
+	prompt := s.Workload.Chat.PromptTokens
+	if prompt == 0 {
+		prompt = objective.DefaultPromptTokens
+	}
+	return kvNeed{running: running, perWorker: (running + attnDP - 1) / attnDP, attnDP: attnDP,
+		prompt: prompt, maxTokens: s.Workload.Chat.MaxTokens}
+}
 
 // predict computes the effective limits for a config (ref §2 Capping and
 // Pool size when unset), with KV tokens from the memory model.
@@ -282,21 +306,13 @@ func (s *Study) predictState(c *Config, e *engineState) Prediction {
 	p.MaxRunningRequests = mr
 
 	if conc := s.maxConcurrency(); conc > 0 {
-		running := conc
-		if mr > 0 {
-			running = min(conc, mr*e.attnDP)
-		}
 		switch s.Workload.Kind {
 		case "matrix":
 			if len(s.Workload.Matrix.Contexts) > 0 {
 				p.KVTokensNeeded = slices.Min(s.Workload.Matrix.Contexts) + s.Workload.Matrix.MaxOutput
 			}
 		default:
-			prompt := s.Workload.Chat.PromptTokens
-			if prompt == 0 {
-				prompt = promptTokensForKV
-			}
-			p.KVTokensNeeded = running * (prompt + s.Workload.Chat.MaxTokens)
+			p.KVTokensNeeded = s.chatKVNeed(conc, mr, e.attnDP).tokens()
 		}
 	}
 	p.Notes = e.notes
@@ -426,10 +442,11 @@ func (s *Study) needText(p Prediction, e *engineState) string {
 		return fmt.Sprintf("%d needed by the smallest matrix cell (context %d + max_output %d)",
 			p.KVTokensNeeded, slices.Min(s.Workload.Matrix.Contexts), s.Workload.Matrix.MaxOutput)
 	}
-	prompt := s.Workload.Chat.PromptTokens
-	if prompt == 0 {
-		prompt = promptTokensForKV
+	k := s.chatKVNeed(s.maxConcurrency(), p.MaxRunningRequests, e.attnDP)
+	if k.attnDP > 1 {
+		return fmt.Sprintf("%d needed per DP worker: ceil(%d running / --dp-size %d) = %d x (%d prompt + %d max_tokens)",
+			p.KVTokensNeeded, k.running, k.attnDP, k.perWorker, k.prompt, k.maxTokens)
 	}
 	return fmt.Sprintf("%d needed: %d running x (%d prompt + %d max_tokens)", p.KVTokensNeeded,
-		p.KVTokensNeeded/(prompt+s.Workload.Chat.MaxTokens), prompt, s.Workload.Chat.MaxTokens)
+		k.perWorker, k.prompt, k.maxTokens)
 }

@@ -125,7 +125,7 @@ quality gate failed), 2 for bad flags.`,
 	fl.BoolVar(&f.reusePrompts, "reuse-prompts", false, "send the same prompts in every repeat (measures the prefix cache)")
 	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "ask the server to generate max-tokens tokens regardless of EOS (SGLang ignore_eos)")
 	fl.BoolVar(&f.quality, "quality", false, "run the structured-output and tool-call gates before and after the sweep")
-	fl.Float64Var(&f.minPass, "min-pass", 1, "fraction of each gate's checks that must pass")
+	fl.Float64Var(&f.minPass, "min-pass", 1, "fraction of each gate's checks that must pass, in (0, 1]")
 	fl.DurationVar(&f.hangTimeout, "hang-timeout", objective.DefaultHangTimeout, "fail when no token arrives for this long while requests are in flight")
 	fl.IntSliceVar(&f.contexts, "contexts", nil, "matrix: context lengths in tokens (default 8192,16384,32768,65536,131072)")
 	fl.DurationVar(&f.duration, "duration", 30*time.Second, "matrix: sustained decode time per cell")
@@ -160,8 +160,8 @@ func (f *benchFlags) resolve(cmd *cobra.Command, getenv func(string) string) (ob
 	if f.repeats < 1 || f.maxTokens < 1 || f.promptTokens < 1 || f.maxOutput < 1 {
 		return w, t, errors.New("--repeats, --max-tokens, --prompt-tokens and --max-output must be >= 1")
 	}
-	if f.minPass < 0 || f.minPass > 1 {
-		return w, t, fmt.Errorf("--min-pass %v: want a fraction in [0,1]", f.minPass)
+	if !(f.minPass > 0 && f.minPass <= 1) {
+		return w, t, fmt.Errorf("--min-pass %v: want a fraction in (0, 1]; leave out --quality to skip the gates", f.minPass)
 	}
 	if f.hangTimeout <= 0 || f.duration <= 0 {
 		return w, t, errors.New("--hang-timeout and --duration must be > 0")

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 
@@ -50,7 +53,9 @@ func (a *app) checkCmd() *cobra.Command {
 every config (or a deterministic sample when the space is large or
 continuous) against SGLang's rules and the study's constraints, and explains
 each distinct rejection with its numbers. It launches nothing and writes
-nothing. Exit code 2 when the study file is invalid.`,
+nothing. Exit code 2 when the study file is invalid or no checked config is
+feasible (sgtune run would refuse it). Warnings about this machine (engine
+command not on PATH, API key unset or unreadable) do not change the exit code.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if err := cobra.ExactArgs(1)(cmd, args); err != nil {
 				return badInput(err)
@@ -66,9 +71,23 @@ nothing. Exit code 2 when the study file is invalid.`,
 			if asJSON {
 				enc := json.NewEncoder(a.stdout)
 				enc.SetIndent("", "  ")
-				return enc.Encode(sv)
+				if err := enc.Encode(sv); err != nil {
+					return err
+				}
+			} else {
+				printSurvey(a.stdout, st, &sv)
 			}
-			printSurvey(a.stdout, st, &sv)
+			// With --json, stdout holds only the document.
+			warnTo := a.stdout
+			if asJSON {
+				warnTo = a.stderr
+			}
+			for _, w := range hostWarnings(st, a.getenv) {
+				fmt.Fprintf(warnTo, "warning: %s\n", w)
+			}
+			if err := noFeasible(&sv); err != nil {
+				return badInput(err)
+			}
 			return nil
 		},
 	}
@@ -77,8 +96,16 @@ nothing. Exit code 2 when the study file is invalid.`,
 }
 
 func printSurvey(w io.Writer, st *space.Study, sv *space.Survey) {
-	fmt.Fprintf(w, "study %s (%s): valid\n", st.Name, st.Path)
-	fmt.Fprintf(w, "engine: %s %s, command: %s, flags from %s\n", st.Engine.Name, st.Engine.Version, strings.Join(st.Engine.Command, " "), sv.Schema)
+	verdict := "valid"
+	if noFeasible(sv) != nil {
+		verdict = "valid file, but no config is feasible"
+	}
+	fmt.Fprintf(w, "study %s (%s): %s\n", st.Name, st.Path, verdict)
+	engine := st.Engine.Name
+	if st.Engine.Version != "" {
+		engine += " " + st.Engine.Version
+	}
+	fmt.Fprintf(w, "engine: %s, command: %s, flags from %s\n", engine, strings.Join(st.Engine.Command, " "), sv.Schema)
 	fmt.Fprintf(w, "model: %s; %d GPUs per trial, %d GPU group(s); on_limits_reduced: %s\n", st.Model, st.GPUsPerTrial, len(st.GPUGroups), st.OnLimitsReduced)
 	fmt.Fprintf(w, "params: %s\n", sv.ParamList())
 	switch {
@@ -113,4 +140,48 @@ func printSurvey(w io.Writer, st *space.Study, sv *space.Survey) {
 	if sv.Example != nil {
 		fmt.Fprintf(w, "example feasible config: %s %s\n", strings.Join(st.Engine.Command, " "), strings.Join(sv.Example.Flags, " "))
 	}
+}
+
+// topReasons is how many rejection reasons a no-feasible error names.
+const topReasons = 3
+
+// noFeasible reports a space in which no checked config passes the rules:
+// a search over it could launch nothing. It names the most frequent reasons.
+func noFeasible(sv *space.Survey) error {
+	if sv.Feasible > 0 || sv.Checked == 0 {
+		return nil
+	}
+	rs := slices.Clone(sv.Rejections)
+	sort.SliceStable(rs, func(i, j int) bool { return rs[i].Count > rs[j].Count })
+	var why []string
+	for _, r := range rs[:min(len(rs), topReasons)] {
+		why = append(why, fmt.Sprintf("%s: %s (%d configs)", r.Rule, r.Message, r.Count))
+	}
+	why = append(why, sv.Errors[:min(len(sv.Errors), topReasons)]...)
+	scope := fmt.Sprintf("none of its %d configs", sv.Checked)
+	if !sv.Enumerated {
+		scope = fmt.Sprintf("none of %d sampled configs", sv.Checked)
+	}
+	return fmt.Errorf("study %s: no feasible config: %s passes the rules; top reasons: %s",
+		sv.Study, scope, strings.Join(why, "; "))
+}
+
+// hostWarnings lists what would stop `sgtune run` on this machine although
+// the study file itself is valid: the engine command, the API key.
+func hostWarnings(st *space.Study, getenv func(string) string) []string {
+	var out []string
+	if len(st.Engine.Command) > 0 {
+		if _, err := exec.LookPath(st.Engine.Command[0]); err != nil {
+			out = append(out, fmt.Sprintf("engine command %s is not on PATH here; sgtune run will refuse to start on this machine", st.Engine.Command[0]))
+		}
+	}
+	if env := st.Launch.APIKeyEnv; env != "" && getenv(env) == "" {
+		out = append(out, fmt.Sprintf("launch.api_key_env: environment variable %s is unset or empty here; sgtune run will refuse to start on this machine", env))
+	}
+	if f := st.Launch.APIKeyFile; f != "" {
+		if _, err := os.ReadFile(f); err != nil {
+			out = append(out, fmt.Sprintf("launch.api_key_file: %v; sgtune run will refuse to start on this machine", err))
+		}
+	}
+	return out
 }

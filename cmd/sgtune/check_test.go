@@ -35,9 +35,13 @@ func TestCheckGLMStudy(t *testing.T) {
 }
 
 func TestCheckJSON(t *testing.T) {
-	code, out := runCheck(t, "--json", "../../testdata/studies/demo.yaml")
+	// Warnings (sglang-sim may not be on PATH) go to stderr: stdout is the document.
+	var stdout, stderr bytes.Buffer
+	a := &app{stdout: &stdout, stderr: &stderr, getenv: os.Getenv}
+	code := a.execute(context.Background(), []string{"check", "--json", "../../testdata/studies/demo.yaml"})
+	out := stdout.String()
 	if code != exitOK {
-		t.Fatalf("exit %d\n%s", code, out)
+		t.Fatalf("exit %d\n%s%s", code, out, stderr.String())
 	}
 	var sv struct {
 		Size       int  `json:"size"`
@@ -84,5 +88,75 @@ func TestCheckBadInput(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("check wrote files: %v", entries)
+	}
+}
+
+// TestCheckVerdicts covers the exit code and the warnings about this machine.
+func TestCheckVerdicts(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "key")
+	if err := os.WriteFile(key, []byte("secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// sh is on PATH wherever the tests run; the other command is not.
+	const onPath = "engine: {name: sglang, command: sh -c true}\n"
+	const missing = "engine: {name: sglang, command: sgtune-no-such-engine-xyz --flag}\n"
+	const gpus = "model: org/m\ngpus: {per_trial: 4}\n"
+	tests := []struct {
+		name, doc string
+		env       map[string]string
+		code      int
+		want      []string // substrings of the output, in order
+		not       []string
+	}{
+		{"feasible", "name: ok\n" + onPath + gpus + "fixed: {--tp-size: 4}\n", nil, exitOK,
+			[]string{"study ok (", "): valid\n", "engine: sglang, command: sh -c true", "feasible: 1 (100.0%)"},
+			[]string{"warning:", "no feasible config"}},
+		{"version shown", "name: ok\nengine: {name: sglang, command: sh -c true, version: v0.5.21}\n" + gpus, nil, exitOK,
+			[]string{"engine: sglang v0.5.21, command: sh -c true"}, []string{"warning:"}},
+		{"zero feasible", "name: none\n" + onPath + gpus + "params:\n  - {name: tp, type: categorical, choices: [8, 16], flag: --tp-size}\n", nil, exitUsage,
+			[]string{"study none (", "): valid file, but no config is feasible", "feasible: 0 (0.0%), infeasible: 2", "parallel_gpus",
+				"study none: no feasible config: none of its 2 configs passes the rules; top reasons: parallel_gpus: --tp-size"},
+			nil},
+		{"missing engine", "name: far\n" + missing + gpus, nil, exitOK,
+			[]string{"feasible: 1", "warning: engine command sgtune-no-such-engine-xyz is not on PATH here; sgtune run will refuse to start on this machine"},
+			[]string{"no feasible config"}},
+		{"api key env unset", "name: k\n" + onPath + gpus + "launch: {api_key_env: SGTUNE_TEST_KEY}\n", nil, exitOK,
+			[]string{"warning: launch.api_key_env: environment variable SGTUNE_TEST_KEY is unset or empty here"}, nil},
+		{"api key env set", "name: k\n" + onPath + gpus + "launch: {api_key_env: SGTUNE_TEST_KEY}\n", map[string]string{"SGTUNE_TEST_KEY": "x"}, exitOK,
+			nil, []string{"warning:"}},
+		{"api key file missing", "name: k\n" + onPath + gpus + "launch: {api_key_file: nokey}\n", nil, exitOK,
+			[]string{"warning: launch.api_key_file: open " + filepath.Join(dir, "nokey") + ": no such file"}, nil},
+		{"api key file readable", "name: k\n" + onPath + gpus + "launch: {api_key_file: key}\n", nil, exitOK,
+			nil, []string{"warning:"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "-")+".yaml")
+			if err := os.WriteFile(path, []byte(tt.doc), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			a := &app{stdout: &buf, stderr: &buf, getenv: func(k string) string { return tt.env[k] }}
+			code := a.execute(context.Background(), []string{"check", path})
+			out := buf.String()
+			if code != tt.code {
+				t.Errorf("exit %d, want %d\n%s", code, tt.code, out)
+			}
+			rest := out
+			for _, w := range tt.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Errorf("output lacks %q (in order):\n%s", w, out)
+					break
+				}
+				rest = rest[i+len(w):]
+			}
+			for _, n := range tt.not {
+				if strings.Contains(out, n) {
+					t.Errorf("output has %q:\n%s", n, out)
+				}
+			}
+		})
 	}
 }
