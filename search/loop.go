@@ -422,6 +422,7 @@ type syncWriter struct {
 	w  io.Writer
 }
 
+// Write implements io.Writer, one call at a time.
 func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

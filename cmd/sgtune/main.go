@@ -33,7 +33,9 @@ const (
 // usageError marks an error as bad input (exit code 2).
 type usageError struct{ err error }
 
+// Error implements error.
 func (e usageError) Error() string { return e.err.Error() }
+// Unwrap returns the bad-input error.
 func (e usageError) Unwrap() error { return e.err }
 
 // badInput wraps err so that main exits with code 2.

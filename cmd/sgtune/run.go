@@ -22,6 +22,7 @@ const exitInterrupted = 130
 // interruptedError reports a run stopped by a signal.
 type interruptedError struct{}
 
+// Error implements error.
 func (interruptedError) Error() string {
 	return "interrupted: the running trial was stopped and will be retried; run the same command to continue"
 }
