@@ -35,6 +35,7 @@ type usageError struct{ err error }
 
 // Error implements error.
 func (e usageError) Error() string { return e.err.Error() }
+
 // Unwrap returns the bad-input error.
 func (e usageError) Unwrap() error { return e.err }
 
