@@ -20,13 +20,20 @@
 //	             startup durations (weight_load_s, startup_other_s, graph_capture_s)
 //	state_pool:  slot_kv_tokens, full_memory_ratio, auto_reserve_tokens,
 //	             ratios {radix_off, no_buffer, extra_buffer_overlap,
-//	             extra_buffer_no_overlap, extra_buffer_lazy_overlap}, slot_state_gb
+//	             extra_buffer_no_overlap, extra_buffer_lazy_overlap}, slot_state_gb,
+//	             admit_batch_ms, admit_ms, admit_pressure_exp (radix on:
+//	             scheduler time per prefill batch and per admitted request,
+//	             times ((running*ratio + cached states) /
+//	             slots)^exp, less the running step the overlap scheduler
+//	             hides it behind)
 //	speculative: fixed_kv_tokens, intermediate_kv_tokens (per request per draft
 //	             token), defaults (steps, topk, draft tokens, max running),
 //	             accept_alpha (per-draft-token acceptance), draft_step_cost
 //	             (table by batch), prefill_factor
 //	performance: decode_step_ms (table by batch, EP == TP), ep_partial_factor,
-//	             tp_exponent, kv_ms_per_mtoken, no_cuda_graph_step_ms,
+//	             tp_exponent, kv_ms_per_mtoken, kv_parallel_batch (KV term =
+//	             kv_ms_per_mtoken * tokens / min(batch, kv_parallel_batch)),
+//	             no_cuda_graph_step_ms,
 //	             queue_overhead_ms, frontend_ms, prefill_base_ms,
 //	             prefill_per_req_ms, prefill_per_req_ep_partial_factor,
 //	             prefill_tok_per_s, prefill_quad_s_per_mtok2, cached_token_us,
@@ -36,6 +43,11 @@
 //	               effect: {kind: startup_crash|startup_oom|crash_after_requests|
 //	               crash_when_running_over|hang_when_running_over|corrupt,
 //	               n, json_frac, tool_frac, message}
+//
+// A request's simulated start is when it reached the server: the
+// simulator's own parsing of a large body overlaps the simulated front-end
+// latency (and an idle engine's prefill) instead of adding to it times the
+// speed-up.
 //
 // Tables are piecewise-linear [[x, y], ...]. Facts for fault predicates are
 // listed in Plan.Facts.

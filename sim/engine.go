@@ -25,6 +25,11 @@ type Seq struct {
 	PromptKey uint64 // prefix-cache key (hash of the prompt)
 	Health    bool   // health probe / startup warmup: no faults, no cold shapes, no stats
 	Notify    chan struct{}
+	// Received is the wall time the request reached the server (zero: at
+	// Submit). The simulator's own parsing of a request (a 1M-token body
+	// takes a noticeable fraction of a second) then overlaps the simulated
+	// front-end latency instead of adding to it times the speed-up.
+	Received time.Time
 
 	Cached int // prompt tokens served from the prefix cache (set at admission)
 
@@ -37,6 +42,7 @@ type Seq struct {
 	firstAt  float64
 	kvHeld   int
 	prefLeft int
+	late     bool // its simulated arrival had passed when it was submitted
 }
 
 // Gen is the number of tokens generated so far.
@@ -90,15 +96,20 @@ type Engine struct {
 	kvUsed     int
 	highWater  map[string]int
 	peak, warm int // in-flight load buckets: seen at submission, compiled for
-	cache      map[uint64]int
-	cacheFIFO  []uint64
-	cacheTok   int
-	rng        *rand.Rand
-	admitted   int
-	hung       bool
-	crashed    bool
-	lastToken  time.Time
-	steps      int
+	arriving   int // requests received but not yet submitted
+	// cachedStates counts state slots held by the radix cache for
+	// finished requests (radix on), bounded by the slots running requests
+	// leave free.
+	cachedStates int
+	cache        map[uint64]int
+	cacheFIFO    []uint64
+	cacheTok     int
+	rng          *rand.Rand
+	admitted     int
+	hung         bool
+	crashed      bool
+	lastToken    time.Time
+	steps        int
 
 	crashAfter   int // 0: off
 	crashRunning int
@@ -176,16 +187,22 @@ func (e *Engine) Submit(s *Seq) error {
 	}
 	now := e.simNow()
 	s.start = now
+	if !s.Received.IsZero() {
+		s.start = min(now, math.Max(0, s.Received.Sub(e.t0).Seconds()*e.speed))
+	}
 	// The wall-clock overhead of HTTP on both sides (about OverheadMS)
 	// is taken out of the simulated front-end latency, so that TTFT
 	// does not grow with the speed-up.
-	s.arrive = now + max(0, e.p.Perf.FrontendMS/1000-e.OverheadMS/1000*e.speed)
+	s.arrive = s.start + max(0, e.p.Perf.FrontendMS/1000-e.OverheadMS/1000*e.speed)
+	s.late = s.arrive < now
 	if s.Notify == nil {
 		s.Notify = make(chan struct{}, 1)
 	}
 	e.pending = append(e.pending, s)
 	if !s.Health {
-		inflight := len(e.pending) + len(e.waiting) + len(e.running)
+		// Requests still being received count as in flight too: the
+		// client sent them together with this one.
+		inflight := len(e.pending) + len(e.waiting) + len(e.running) + e.arriving
 		if e.prefilling != nil {
 			inflight++
 		}
@@ -202,6 +219,22 @@ func (e *Engine) Submit(s *Seq) error {
 	default:
 	}
 	return nil
+}
+
+// Receiving marks a request as received (its body is being parsed) until
+// the returned function is called, just before Submit or on rejection.
+func (e *Engine) Receiving() (done func()) {
+	e.mu.Lock()
+	e.arriving++
+	e.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.mu.Lock()
+			e.arriving--
+			e.mu.Unlock()
+		})
+	}
 }
 
 // Abort removes s (client went away).
@@ -272,6 +305,7 @@ func (e *Engine) FlushCache() (ok bool, queued, running int) {
 	e.cache = map[uint64]int{}
 	e.cacheFIFO = nil
 	e.cacheTok = 0
+	e.cachedStates = 0
 	return true, 0, 0
 }
 
@@ -308,12 +342,20 @@ func (e *Engine) Run(ctx context.Context) {
 				}
 				continue
 			}
-			if e.simT < now {
-				e.simT = now
-			}
-			earliest := math.Inf(1)
+			earliest, late := math.Inf(1), math.Inf(1)
 			for _, s := range e.pending {
 				earliest = math.Min(earliest, s.arrive)
+				if s.late {
+					late = math.Min(late, s.arrive)
+				}
+			}
+			// Idle until now: the engine would have started at the
+			// simulated arrival of a request that was submitted late,
+			// because the simulator's own handling of it (parsing a
+			// 1M-token body) took longer in wall time than the simulated
+			// front-end latency.
+			if e.simT < now {
+				e.simT = math.Max(e.simT, math.Min(now, late))
 			}
 			if earliest > e.simT {
 				e.mu.Unlock()
@@ -422,7 +464,7 @@ func (e *Engine) StepMS(b int, kvTok int, queued bool) float64 {
 	if pf.TPExponent != 0 && e.pl.TP != e.p.Memory.ReferenceTP {
 		ms *= math.Pow(float64(e.p.Memory.ReferenceTP)/float64(e.pl.TP), pf.TPExponent)
 	}
-	ms += pf.KVMSPerMToken * float64(kvTok) / 1e6
+	ms += pf.KVMSPerMToken * float64(kvTok) / 1e6 / float64(max(1, min(b, pf.KVParallelBatch)))
 	if e.pl.SpecAlgorithm != "" {
 		ms *= 1 + e.p.Spec.DraftStepCost.At(float64(b))*float64(e.pl.SpecSteps)
 	}
@@ -513,7 +555,7 @@ func (e *Engine) plan() (float64, func()) {
 		if e.hangRunning > 0 && running > e.hangRunning {
 			e.hung = true
 		}
-		dur := e.prefillS(batch, toks)
+		dur := e.prefillS(batch, toks) + e.admitS(batch)
 		allHealth := true
 		for _, s := range batch {
 			allHealth = allHealth && s.Health
@@ -552,6 +594,44 @@ func (e *Engine) plan() (float64, func()) {
 	dur := ms/1000 + e.cold("d", b, allHealth)
 	_ = pf
 	return dur, func() { e.decode(dur) }
+}
+
+// admitS is the exposed scheduler time to admit batch into the state
+// pool with the radix cache on: state_pool.admit_batch_ms per batch and
+// admit_ms per request, times the pool pressure, less the running batch's decode step that the overlap
+// scheduler hides it behind. It also evicts cached states to make room.
+func (e *Engine) admitS(batch []*Seq) float64 {
+	slots := e.pl.StateSlots
+	if !e.pl.Radix || slots <= 0 {
+		return 0
+	}
+	n := 0
+	for _, s := range batch {
+		if !s.Health {
+			n++
+		}
+	}
+	pinned := (len(e.running) + len(batch)) * e.pl.Ratio
+	if e.prefilling != nil {
+		pinned += e.pl.Ratio
+	}
+	pressure := math.Min(1, float64(pinned+e.cachedStates)/float64(slots))
+	if x := e.p.StatePool.AdmitPressureExp; x > 0 {
+		pressure = math.Pow(pressure, x)
+	}
+	e.cachedStates = max(0, min(e.cachedStates, slots-pinned))
+	if n == 0 {
+		return 0
+	}
+	cost := (e.p.StatePool.AdmitBatchMS + e.p.StatePool.AdmitMS*float64(n)) / 1000 * pressure
+	if len(e.running) > 0 && e.pl.Overlap {
+		kv := 0
+		for _, s := range e.running {
+			kv += s.Prompt + s.Gen()
+		}
+		cost = math.Max(0, cost-e.StepMS(len(e.running), kv, false)/1000)
+	}
+	return cost
 }
 
 // prefillS is the simulated time of one prefill step.
@@ -641,6 +721,10 @@ func (e *Engine) emit(s *Seq, k int) {
 		}
 		e.kvUsed -= s.kvHeld
 		s.kvHeld = 0
+		if e.pl.Radix && !s.Health {
+			// The finished request's state stays in the radix tree.
+			e.cachedStates = min(e.cachedStates+1, max(0, e.pl.StateSlots-len(e.running)*e.pl.Ratio))
+		}
 		if !s.Health && len(e.stats.E2E) < 4096 {
 			e.stats.E2E = append(e.stats.E2E, e.simT-s.start)
 		}

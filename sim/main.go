@@ -40,6 +40,9 @@ type Options struct {
 	// Ready, when set, is called with the listen address once the server is
 	// fired up and ready.
 	Ready func(addr string)
+	// NoStartupDelay skips the simulated startup durations (weight
+	// loading, graph capture): for tools that measure serving only.
+	NoStartupDelay bool
 }
 
 // Main runs the simulated server with SGLang's argv until ctx ends (SIGTERM
@@ -75,7 +78,7 @@ func Main(ctx context.Context, argv []string, stdout, stderr io.Writer, opt Opti
 		fmt.Fprintf(stderr, "sim profile %s: %v\n", prof.Name, err)
 		return ExitUsage
 	}
-	st := &startup{ctx: ctx, log: log, speed: speed, p: prof, pl: pl, a: a, rules: rules}
+	st := &startup{ctx: ctx, log: log, speed: speed, p: prof, pl: pl, a: a, rules: rules, fast: opt.NoStartupDelay}
 	return st.run(opt)
 }
 
@@ -87,10 +90,14 @@ type startup struct {
 	pl    *Plan
 	a     *Args
 	rules []FaultRule
+	fast  bool // Options.NoStartupDelay
 }
 
 // sleep waits d simulated seconds; false when interrupted.
 func (st *startup) sleep(d float64) bool {
+	if st.fast {
+		return st.ctx.Err() == nil
+	}
 	t := time.NewTimer(time.Duration(d / st.speed * float64(time.Second)))
 	defer t.Stop()
 	select {

@@ -98,6 +98,20 @@ type StatePool struct {
 	AutoReserveTokens float64        `yaml:"auto_reserve_tokens"` // held back before the auto split
 	Ratios            map[string]int `yaml:"ratios"`              // radix_off, no_buffer, extra_buffer_overlap, extra_buffer_no_overlap, extra_buffer_lazy_overlap
 	SlotStateGB       float64        `yaml:"slot_state_gb"`       // for the Mamba log line (conv+ssm per slot)
+	// AdmitMS is the scheduler's work per admitted request with the radix
+	// cache on (evicting cached states from the tree, copying states for
+	// the extra buffer) when the pool is full: it is scaled by the pool
+	// pressure (slots held by running requests and cached states) /
+	// slots. It is CPU work: with the overlap scheduler it hides behind a
+	// running batch's decode step and only the excess delays the prefill.
+	AdmitMS float64 `yaml:"admit_ms"`
+	// AdmitBatchMS is the same work per prefill batch (one eviction pass
+	// over the tree for the whole batch), scaled the same way.
+	AdmitBatchMS float64 `yaml:"admit_batch_ms"`
+	// AdmitPressureExp shapes the pressure: admit_ms * pressure^exp (0:
+	// 1, linear). Eviction work rises steeply as the pool fills: the walk
+	// over the tree skips states pinned by running requests.
+	AdmitPressureExp float64 `yaml:"admit_pressure_exp"`
 }
 
 // SpecDecode is speculative decoding: memory cost and speed.
@@ -119,6 +133,13 @@ type PerfSpec struct {
 	EPPartialFactor Table   `yaml:"ep_partial_factor"` // step multiplier when EP < TP, by batch
 	TPExponent      float64 `yaml:"tp_exponent"`       // step *= (reference_tp/tp)^exp
 	KVMSPerMToken   float64 `yaml:"kv_ms_per_mtoken"`  // step grows with KV tokens in the batch
+	// KVParallelBatch is how many requests' KV reads overlap in one decode
+	// step: the KV term is kv_ms_per_mtoken * tokens / min(batch, this).
+	// Small batches are latency-bound (each request's attention and
+	// sparse-attention indexer run on their own SMs), so the step follows
+	// the per-request context rather than the sum. 0 or 1: linear in the
+	// batch's tokens.
+	KVParallelBatch int     `yaml:"kv_parallel_batch"`
 	NoGraphStepMS   float64 `yaml:"no_cuda_graph_step_ms"`
 	QueueOverheadMS float64 `yaml:"queue_overhead_ms"` // per step while requests wait (x EP factor)
 	FrontendMS      float64 `yaml:"frontend_ms"`       // tokenizer/HTTP latency, does not block the GPU

@@ -275,6 +275,11 @@ type chatRequest struct {
 
 // messageText flattens a message's content (string or parts).
 func messageText(raw json.RawMessage) string {
+	// Fast path: a plain string without escapes is its own text (a 1M-token
+	// prompt would otherwise be scanned and copied again here).
+	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' && plainJSONString(raw[1:n-1]) {
+		return string(raw[1 : n-1])
+	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		return s
@@ -293,11 +298,35 @@ func messageText(raw json.RawMessage) string {
 	return ""
 }
 
+// plainJSONString reports whether b, the inside of a JSON string the
+// decoder has already validated, has no escapes or non-ASCII bytes.
+func plainJSONString(b []byte) bool {
+	for _, c := range b {
+		if c == '\\' || c >= 0x80 || c < 0x20 {
+			return false
+		}
+	}
+	return true
+}
+
 // CountTokens estimates tokens as words plus punctuation runs: the sim's
 // tokenizer (sgtune's synthetic prompts are about one token per word).
 func CountTokens(s string) int {
 	n, in := 0, false
-	for _, r := range s {
+	i := 0
+	// ASCII fast path (long prompts are ASCII); the rest rune by rune.
+	for ; i < len(s) && s[i] < 0x80; i++ {
+		switch s[i] {
+		case ' ', '\t', '\n', '\v', '\f', '\r':
+			in = false
+		default:
+			if !in {
+				n++
+				in = true
+			}
+		}
+	}
+	for _, r := range s[i:] {
 		if unicode.IsSpace(r) {
 			in = false
 			continue
@@ -317,10 +346,13 @@ func newID() string {
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	recv := time.Now()
 	if r.Method != http.MethodPost {
 		writeJSON(w, 405, errorBody("Method Not Allowed", 405))
 		return
 	}
+	received := s.eng.Receiving()
+	defer received()
 	var req chatRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		writeJSON(w, 400, errorBody("Invalid request body: "+err.Error(), 400))
@@ -333,12 +365,13 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	var prompt strings.Builder
 	lastUser := ""
 	for _, m := range req.Messages {
+		txt := messageText(m.Content)
 		if m.Role == "user" {
-			lastUser = messageText(m.Content)
+			lastUser = txt
 		}
 		prompt.WriteString(m.Role)
 		prompt.WriteString(": ")
-		prompt.WriteString(messageText(m.Content))
+		prompt.WriteString(txt)
 		prompt.WriteString("\n")
 	}
 	ptxt := prompt.String()
@@ -374,7 +407,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 400, errorBody(errMsg, 400))
 		return
 	}
-	seq := &Seq{Prompt: promptTok, PromptKey: key, Notify: make(chan struct{}, 1)}
+	seq := &Seq{Prompt: promptTok, PromptKey: key, Notify: make(chan struct{}, 1), Received: recv}
 	natural := maxTok == 0
 	if natural {
 		maxTok = min(ctxLen-promptTok, 4096)
@@ -397,6 +430,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if seq.Limit == 0 {
 		seq.Limit = 1
 	}
+	received()
 	if err := s.eng.Submit(seq); err != nil {
 		writeJSON(w, 500, errorBody("engine unavailable", 500))
 		return

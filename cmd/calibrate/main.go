@@ -4,6 +4,7 @@
 // published figures with the deviation.
 //
 //	go run ./cmd/calibrate [--speedup 25] [--runs a,b] [--matrix] [--faults] [--strict]
+//	    [--matrix-speedup 10] [--matrix-long-speedup 4 --matrix-long-context 131072]
 package main
 
 import (
@@ -32,6 +33,8 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	seed004 := fs.String("seed004", "testdata/profiles/calibration/seed004.txt", "seed 004 data")
 	matrix := fs.Bool("matrix", false, "also run the seed-004 matrix on the rtxpro6000x8 profile")
 	matrixSpeed := fs.Float64("matrix-speedup", 10, "speed-up for the matrix (its 1M-token prompts cost real CPU time per request)")
+	longSpeed := fs.Float64("matrix-long-speedup", 4, "speed-up for matrix contexts above --matrix-long-context (0: same as --matrix-speedup)")
+	longCtx := fs.Int("matrix-long-context", 131072, "tokens above which a matrix context runs at --matrix-long-speedup")
 	faults := fs.Bool("faults", false, "also run the seed's failing configurations and check how they fail")
 	cold := fs.Bool("cold", false, "also run one configuration without warm-up (r1 must be cold)")
 	strict := fs.Bool("strict", false, "exit 1 when a figure is outside its tolerance")
@@ -121,6 +124,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		}
 		mc := *cal
 		mc.Speed = *matrixSpeed
+		mc.LongSpeed, mc.LongContext = *longSpeed, *longCtx
 		n, err := mc.Matrix(ctx, cells)
 		if err != nil {
 			fmt.Fprintln(stdout, "matrix:", err)
