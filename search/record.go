@@ -63,6 +63,12 @@ const (
 	attrUID         = "sgtune.uid" // study system attribute
 	attrRejections  = "sgtune.rejections"
 	attrDurationS   = "sgtune.duration_s"
+	// attrRetries counts the re-runs before a queued trial (storage writes it).
+	attrRetries       = "sgtune.retries"
+	attrEngineName    = "sgtune.engine_name"
+	attrModelRevision = "sgtune.model_revision"
+	// attrPromptTokens is the mean prompt size per request the server counted.
+	attrPromptTokens = "sgtune.prompt_tokens"
 )
 
 // Record is one stored trial, decoded for reports.
@@ -78,10 +84,13 @@ type Record struct {
 	Reason       string                 `json:"reason,omitempty"`
 	ExitCode     *int                   `json:"exit_code,omitempty"`
 	RetryOf      *int                   `json:"retry_of,omitempty"`
+	Retries      int                    `json:"retries,omitempty"`
 	GPUs         string                 `json:"gpus,omitempty"`
+	EngineName   string                 `json:"engine,omitempty"`
 	Engine       []string               `json:"engine_command,omitempty"`
 	Version      string                 `json:"engine_version,omitempty"`
 	LaunchCmd    []string               `json:"launch_command,omitempty"`
+	ModelRev     string                 `json:"model_revision,omitempty"`
 	ConfigKey    string                 `json:"-"`
 	Config       json.RawMessage        `json:"config,omitempty"`
 	Argv         []string               `json:"argv,omitempty"`
@@ -93,6 +102,7 @@ type Record struct {
 	Start        time.Time              `json:"start"`
 	End          *time.Time             `json:"end,omitempty"`
 	DurationS    float64                `json:"duration_s,omitempty"`
+	PromptTokens float64                `json:"prompt_tokens,omitempty"`
 	Owner        string                 `json:"-"`
 }
 
@@ -138,6 +148,8 @@ func decode(t goptuna.FrozenTrial) Record {
 		Owner:        t.SystemAttrs[attrOwner],
 		Version:      ua[attrVersion],
 		ConfigKey:    ua[attrConfigKey],
+		EngineName:   ua[attrEngineName],
+		ModelRev:     ua[attrModelRevision],
 	}
 	r.State = ua[attrState]
 	switch {
@@ -171,6 +183,10 @@ func decode(t goptuna.FrozenTrial) Record {
 	if s, ok := ua[attrDurationS]; ok {
 		r.DurationS, _ = strconv.ParseFloat(s, 64)
 	}
+	if s, ok := ua[attrPromptTokens]; ok {
+		r.PromptTokens, _ = strconv.ParseFloat(s, 64)
+	}
+	r.Retries, _ = strconv.Atoi(ua[attrRetries])
 	_ = json.Unmarshal([]byte(ua[attrEngine]), &r.Engine)
 	_ = json.Unmarshal([]byte(ua[attrLaunchCmd]), &r.LaunchCmd)
 	_ = json.Unmarshal([]byte(ua[attrArgv]), &r.Argv)

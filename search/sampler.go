@@ -1,14 +1,16 @@
 package search
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand"
 	"sync"
-	"sync/atomic"
 
 	"github.com/c-bata/goptuna"
 	"github.com/c-bata/goptuna/tpe"
+
+	"github.com/sgtune/sgtune/storage"
 )
 
 // randomSampler samples uniformly with inclusive upper bounds. goptuna's own
@@ -59,7 +61,7 @@ type startupSampler struct {
 	// skips counts consecutive proposals that launched nothing; TPE scores
 	// small discrete spaces deterministically and would propose the same
 	// skipped config again, so two skips in a row switch to random.
-	skips *atomic.Int64
+	skips func() int
 }
 
 // Sample implements goptuna.Sampler.
@@ -74,7 +76,7 @@ func (s *startupSampler) Sample(study *goptuna.Study, trial goptuna.FrozenTrial,
 			finished++
 		}
 	}
-	if finished < s.n || (s.skips != nil && s.skips.Load() >= 2) {
+	if finished < s.n || (s.skips != nil && s.skips() >= 2) {
 		return s.random.Sample(study, trial, name, dist)
 	}
 	v, err := s.model.Sample(study, trial, name, dist)
@@ -97,4 +99,25 @@ func newSampler(name string, seed int64) (goptuna.Sampler, error) {
 		}, nil
 	}
 	return nil, fmt.Errorf("unknown sampler %q (valid: tpe, random)", name)
+}
+
+// fixedFirst hands a queued re-run its stored parameters. goptuna's own
+// fixed_params lookup drops a value its distribution's Contains refuses,
+// and StepIntUniformDistribution.Contains refuses the upper bound
+// (reference/go-libraries.md §1): the re-run of a config at the top of a
+// step-int range would silently get another value.
+type fixedFirst struct{ next goptuna.Sampler }
+
+// Sample implements goptuna.Sampler.
+func (f fixedFirst) Sample(study *goptuna.Study, trial goptuna.FrozenTrial, name string, dist interface{}) (float64, error) {
+	if js, ok := trial.SystemAttrs[storage.AttrFixedParams]; ok {
+		var fixed map[string]float64
+		if err := json.Unmarshal([]byte(js), &fixed); err != nil {
+			return 0, fmt.Errorf("trial %d: stored params: %w", trial.Number, err)
+		}
+		if v, ok := fixed[name]; ok {
+			return v, nil
+		}
+	}
+	return f.next.Sample(study, trial, name, dist)
 }

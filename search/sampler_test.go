@@ -72,7 +72,7 @@ func TestStartupSamplerSwitches(t *testing.T) {
 	st := &fakeStudy{}
 	model := &constSampler{v: -1}
 	var skips atomic.Int64
-	s := &startupSampler{random: newRandomSampler(1), model: model, n: 2, skips: &skips}
+	s := &startupSampler{random: newRandomSampler(1), model: model, n: 2, skips: func() int { return int(skips.Load()) }}
 	study, err := goptuna.CreateStudy("t", goptuna.StudyOptionStorage(st.storage()), goptuna.StudyOptionLogger(nil))
 	if err != nil {
 		t.Fatal(err)

@@ -172,24 +172,32 @@ func (s *Store) SaveRequests(trialID int, recs []RequestRecord) error {
 		if _, err := trialState(tx, trialID); err != nil {
 			return err
 		}
-		var next int
-		if err := tx.QueryRow("SELECT COALESCE(MAX(seq) + 1, 0) FROM requests WHERE trial_id = ?", trialID).Scan(&next); err != nil {
-			return err
-		}
-		stmt, err := tx.Prepare(`INSERT INTO requests(trial_id, seq, phase, concurrency, repeat, context, idx,
-			ttft_s, latency_s, output_tokens, ok, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-		if err != nil {
-			return err
-		}
-		defer stmt.Close()
-		for i, r := range recs {
-			if _, err := stmt.Exec(trialID, next+i, r.Phase, r.Concurrency, r.Repeat, r.Context, r.Index,
-				finite(r.TTFT), finite(r.Latency), r.OutputTokens, r.OK, r.Error); err != nil {
-				return err
-			}
-		}
-		return nil
+		return insertRequests(tx, trialID, recs)
 	})
+}
+
+// insertRequests appends request records after those stored for a trial.
+func insertRequests(tx *sql.Tx, trialID int, recs []RequestRecord) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	var next int
+	if err := tx.QueryRow("SELECT COALESCE(MAX(seq) + 1, 0) FROM requests WHERE trial_id = ?", trialID).Scan(&next); err != nil {
+		return err
+	}
+	stmt, err := tx.Prepare(`INSERT INTO requests(trial_id, seq, phase, concurrency, repeat, context, idx,
+		ttft_s, latency_s, output_tokens, ok, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	for i, r := range recs {
+		if _, err := stmt.Exec(trialID, next+i, r.Phase, r.Concurrency, r.Repeat, r.Context, r.Index,
+			finite(r.TTFT), finite(r.Latency), r.OutputTokens, r.OK, r.Error); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Requests returns a trial's request records in the order they were saved.

@@ -11,21 +11,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sgtune/sgtune/errext"
 	"github.com/sgtune/sgtune/search"
 	"github.com/sgtune/sgtune/space"
 	"github.com/sgtune/sgtune/storage"
 )
 
-// exitInterrupted is returned when Ctrl-C stopped a run before its budget was spent.
-const exitInterrupted = 130
-
-// interruptedError reports a run stopped by a signal.
-type interruptedError struct{}
-
-// Error implements error.
-func (interruptedError) Error() string {
-	return "interrupted: the running trial was stopped and will be retried; run the same command to continue"
-}
+// errInterrupted reports a run stopped by a signal (exit code 130).
+var errInterrupted = errext.WithExitCode(
+	errors.New("interrupted: the running trial was stopped and will be retried; run the same command to continue"),
+	errext.Interrupted)
 
 func (a *app) runCmd() *cobra.Command {
 	var (
@@ -73,9 +68,12 @@ starting new trials after the given time; the trial in flight finishes.`,
 					return badInput(fmt.Errorf("--storage %s: directory %s does not exist", storagePath, dir))
 				}
 			}
-			plan, err := search.Preflight(st, a.getenv)
-			if err != nil {
+			pre := search.Check(st, a.getenv)
+			if err := pre.Err(); err != nil {
 				return err
+			}
+			for _, w := range pre.Warnings {
+				fmt.Fprintf(a.stderr, "warning: %s\n", w)
 			}
 			store, err := storage.Open(storagePath)
 			if err != nil {
@@ -96,14 +94,15 @@ starting new trials after the given time; the trial in flight finishes.`,
 			sum, runErr := search.Run(ctx, search.Options{
 				Study: st, Store: store, LogDir: logDir,
 				Trials: trials, Timeout: timeout, Parallel: parallel,
-				Out: a.stdout, Getenv: a.getenv, Abort: abort, Plan: &plan,
+				Getenv: a.getenv, Abort: abort, Preflight: &pre,
+				Events: func(ev search.Event) { fmt.Fprintln(a.stdout, ev.Text) },
 			})
 			a.printSummary(st, sum, storagePath)
 			if runErr != nil {
 				return runErr
 			}
 			if sum.Interrupted {
-				return interruptedError{}
+				return errInterrupted
 			}
 			return nil
 		},
@@ -153,10 +152,14 @@ func (a *app) printSummary(st *space.Study, sum search.Summary, storagePath stri
 		counts[r.State]++
 	}
 	var parts []string
-	for _, s := range []string{search.StateComplete, search.StateFailed, search.StateInfeasible, search.StateDuplicate, search.StateInterrupted, search.StateRunning} {
+	for _, s := range []string{search.StateComplete, search.StatePruned, search.StateFailed, search.StateInfeasible,
+		search.StateDuplicate, search.StateInterrupted, search.StateRunning} {
 		if counts[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}
+	}
+	if n := counts[search.StateWaiting]; n > 0 {
+		parts = append(parts, fmt.Sprintf("%d queued to run again", n))
 	}
 	fmt.Fprintf(a.stdout, "\nstudy %s: %d trials stored (%s); this run launched %d\n",
 		st.Name, len(sum.Records), strings.Join(parts, ", "), sum.Launched)
