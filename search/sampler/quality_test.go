@@ -34,6 +34,7 @@ var qualityMethods = []method{
 	{name: "tpe", build: byName("tpe")},
 	{name: "tpe-multivariate", build: byName("tpe-multivariate")},
 	{name: "tpe startup=10", build: byName("tpe", WithStartup(10))},
+	{name: "tpe-mv startup=10", build: byName("tpe-multivariate", WithStartup(10))},
 	{name: "tpe no-dedup", build: byName("tpe", WithAvoidDuplicates(false))},
 	{name: "random", build: byName("random")},
 	{name: "goptuna-tpe", global: true, build: byName("goptuna-tpe")},
@@ -83,6 +84,8 @@ func printQuality(w io.Writer, methods []method, res map[string]map[string]float
 
 // TestQualityTable prints the comparison table when SGTUNE_QUALITY_TABLE is
 // set: SGTUNE_QUALITY_TABLE=1 go test -run QualityTable -v ./search/sampler/
+// (SGTUNE_QUALITY_FIRST_SEED, default 1, and SGTUNE_QUALITY_TRIALS, default
+// 40, choose the seeds 30 studies use and their length).
 func TestQualityTable(t *testing.T) {
 	if os.Getenv("SGTUNE_QUALITY_TABLE") == "" {
 		t.Skip("set SGTUNE_QUALITY_TABLE=1 to print the table")
@@ -93,9 +96,15 @@ func TestQualityTable(t *testing.T) {
 			t.Fatalf("SGTUNE_QUALITY_FIRST_SEED=%q: want an integer", v)
 		}
 	}
-	res := quality(t, qualityMethods, first, 30, 40)
+	trials := 40
+	if v := os.Getenv("SGTUNE_QUALITY_TRIALS"); v != "" {
+		if _, err := fmt.Sscan(v, &trials); err != nil {
+			t.Fatalf("SGTUNE_QUALITY_TRIALS=%q: want an integer", v)
+		}
+	}
+	res := quality(t, qualityMethods, first, 30, trials)
 	var b strings.Builder
-	printQuality(&b, qualityMethods, res, 30, 40)
+	printQuality(&b, qualityMethods, res, 30, trials)
 	t.Log("\n" + b.String())
 }
 
@@ -104,12 +113,14 @@ func TestQualityTable(t *testing.T) {
 // v0.9.0's TPE behind the same start-up draws. Every sampler is seeded
 // (goptuna's through the global source), so the outcome is deterministic;
 // the same ordering held on seeds 31-60, 61-90 and 91-120 (see the table's
-// test). Skipped with -short: it runs 19,200 trials.
+// test). It does not hold at every budget: at 25 trials the univariate TPE
+// was behind goptuna's on mixed and config-like for seeds 1-30. Skipped
+// with -short: it runs 19,200 trials.
 func TestQualityBeatsBaselines(t *testing.T) {
 	if testing.Short() {
 		t.Skip("quality check runs 19,200 trials")
 	}
-	methods := []method{qualityMethods[0], qualityMethods[1], qualityMethods[4], qualityMethods[5]}
+	methods := []method{qualityMethods[0], qualityMethods[1], qualityMethods[5], qualityMethods[6]}
 	res := quality(t, methods, 1, 30, 40)
 	var b strings.Builder
 	printQuality(&b, methods, res, 30, 40)

@@ -51,8 +51,9 @@ import (
 //     trial, so the rest would match as well); in multivariate mode whole
 //     candidates are compared, and a joint value that would complete an
 //     observed config is replaced by a univariate one.
-//   - The first WithStartup finished observations (DefaultStartup) are drawn
-//     uniformly with inclusive upper bounds, the same draws Random makes.
+//   - Until WithStartup finished observations exist (DefaultStartup), values
+//     are drawn uniformly with inclusive upper bounds: Random's draws for
+//     the same seed, except where duplicate avoidance moves one.
 //
 // Randomness: every draw uses a source derived from (seed, trial number,
 // param name), see drawRNG: the same seed and stored trials give the same
