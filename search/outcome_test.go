@@ -11,6 +11,8 @@ import (
 	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/launcher"
 	"github.com/sgtune/sgtune/objective"
+	"github.com/sgtune/sgtune/search/sampler"
+	"github.com/sgtune/sgtune/space"
 )
 
 // result is a measured chat result with one point at concurrency c.
@@ -93,5 +95,13 @@ func TestLimitsReduced(t *testing.T) {
 	}
 	if limitsReduced(engine.Facts{MaxRunningRequests: 64}, "reject") != "" {
 		t.Error("no reduction warning, yet refused")
+	}
+}
+
+// TestSamplerNames keeps the study file's list of samplers equal to what
+// search/sampler builds.
+func TestSamplerNames(t *testing.T) {
+	if got, want := fmt.Sprint(space.Samplers), fmt.Sprint(sampler.Names()); got != want {
+		t.Errorf("space.Samplers %s, search/sampler %s", got, want)
 	}
 }

@@ -86,6 +86,9 @@ type runner struct {
 	// spaceSize is the number of distinct configs (0 = unknown, e.g.
 	// continuous params); once every one was tried, the study is done.
 	spaceSize int
+	// gridSize is the number of grid points (sampler grid; else 0): once
+	// every one was proposed, the study is done.
+	gridSize int
 	deadline  time.Time
 
 	eventsMu sync.Mutex // one Events call at a time
@@ -153,10 +156,8 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		return r.sum, errext.Bad(fmt.Errorf("--parallel %d exceeds the %d GPU group(s) of the study", parallel, len(groups)))
 	}
 
-	sampler, err := newSampler(st.Budget.Sampler, st.Budget.Seed)
-	if ss, ok := sampler.(*startupSampler); ok {
-		ss.skips = r.skipped
-	}
+	smp, gridSize, err := newSampler(st)
+	r.gridSize = gridSize
 	if err != nil {
 		return r.sum, errext.Bad(fmt.Errorf("%s: budget.sampler: %w", st.Path, err))
 	}
@@ -164,7 +165,7 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	// transaction, so a second process never reads a half-made study.
 	r.study, err = r.store.LoadOrCreateStudy(st.Name, goptuna.StudyDirectionMaximize,
 		goptuna.StudyOptionStorage(r.store),
-		goptuna.StudyOptionSampler(fixedFirst{sampler}),
+		goptuna.StudyOptionSampler(smp),
 		goptuna.StudyOptionLogger(nil),
 	)
 	if err != nil {
@@ -259,7 +260,11 @@ func (r *runner) exhausted() (bool, error) {
 		return false, err
 	}
 	seen := map[string]bool{}
+	proposed := 0
 	for _, rec := range recs {
+		if rec.RetryOf == nil {
+			proposed++
+		}
 		switch rec.State {
 		case StateWaiting:
 			return false, nil
@@ -270,7 +275,7 @@ func (r *runner) exhausted() (bool, error) {
 			}
 		}
 	}
-	return len(seen) >= r.spaceSize, nil
+	return len(seen) >= r.spaceSize || (r.gridSize > 0 && proposed >= r.gridSize), nil
 }
 
 // claimLaunch reserves one launch from the budget.

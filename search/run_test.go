@@ -313,3 +313,23 @@ func TestParallelNeverSameConfigAtOnce(t *testing.T) {
 		t.Errorf("states %v, launches %q", c, b.launches)
 	}
 }
+
+// TestGridSampler: the grid proposes the space in order and the study ends
+// when every point was proposed.
+func TestGridSampler(t *testing.T) {
+	st, store, _ := openFake(t, "sampler: random", "sampler: grid", "trials: 6", "trials: 40")
+	b := &fakeBackend{}
+	sum, err, _ := runFake(t, context.Background(), st, store, b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sum.Records) != 16 || len(b.launches) != 16 {
+		t.Fatalf("%d trials, %d launches; want the 16 configs once each", len(sum.Records), len(b.launches))
+	}
+	for i, r := range sum.Records {
+		want := fmt.Sprintf("map[ep:%d slots:%d]", []int{1, 4}[i/8], 64*(1+i%8))
+		if fmt.Sprint(r.Params) != want {
+			t.Errorf("trial %d params %v, want %s", i, r.Params, want)
+		}
+	}
+}

@@ -28,8 +28,11 @@ var (
 	DefaultTrials         = 20
 	DefaultSampler        = "tpe"
 	DefaultStartupTimeout = 20 * time.Minute
-	// Samplers are the values budget.sampler accepts.
-	Samplers = []string{"tpe", "random"}
+	// Samplers are the values budget.sampler accepts (search/sampler's
+	// names; a test keeps the two lists equal): tpe (ours), tpe-multivariate,
+	// random, grid (the space in order, a baseline) and goptuna-tpe
+	// (goptuna's own, a baseline).
+	Samplers = []string{"goptuna-tpe", "grid", "random", "tpe", "tpe-multivariate"}
 )
 
 // Load reads and validates a study file. Every problem is reported as
