@@ -45,6 +45,9 @@ type Options struct {
 	Preflight *Preflight
 	// Events receives progress, one call at a time; nil discards it.
 	Events func(Event)
+	// Name tells this run apart from others of the same process in the
+	// storage (tests, or several workers in one process); "" for none.
+	Name string
 }
 
 // Summary is what a run did.
@@ -89,7 +92,7 @@ type runner struct {
 	// gridSize is the number of grid points (sampler grid; else 0): once
 	// every one was proposed, the study is done.
 	gridSize int
-	deadline  time.Time
+	deadline time.Time
 
 	eventsMu sync.Mutex // one Events call at a time
 
@@ -113,6 +116,9 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	r.sum.Study = st.Name
 	r.host = hostname()
 	r.owner = fmt.Sprintf("%s:%d", r.host, os.Getpid())
+	if opt.Name != "" {
+		r.owner += "#" + opt.Name
+	}
 
 	pre := opt.Preflight
 	if pre == nil {
@@ -213,10 +219,20 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 }
 
 // worker runs trials on one GPU group until there is nothing left to do. It
-// returns an error when the group must not be used again (a server that
-// could not be stopped, GPUs not released) or the storage failed.
+// holds the group's lease in the storage while it runs (a second process
+// waits for it), and returns an error when the group must not be used
+// again (a server that could not be stopped, GPUs not released, the lease
+// lost) or the storage failed.
 func (r *runner) worker(ctx context.Context, gpus []int) error {
+	lease, err := r.leaseGroup(ctx, gpus)
+	if err != nil || lease == nil {
+		return err
+	}
+	defer lease.release()
 	for {
+		if err := lease.lost(); err != nil {
+			return err
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -236,17 +252,30 @@ func (r *runner) worker(ctx context.Context, gpus []int) error {
 			r.note("stopping: the last %d proposals were all infeasible or duplicates", maxSkips)
 			return nil
 		}
-		if !r.claimLaunch() {
-			return nil
+		if left, err := r.budgetLeft(ctx); err != nil || !left {
+			return err
 		}
-		launched, err := r.trial(ctx, gpus)
-		if !launched {
-			r.releaseLaunch()
-		}
-		if err != nil {
+		if err := r.trial(ctx, gpus); err != nil {
+			if errors.Is(err, errBudgetTaken) {
+				r.note("%v", err)
+				return nil
+			}
 			return err
 		}
 	}
+}
+
+// budgetLeft reports whether the study's launched-trial budget has room;
+// the storage counts every process's launches.
+func (r *runner) budgetLeft(ctx context.Context) (bool, error) {
+	n, err := r.store.LaunchedCount(ctx, r.study.ID)
+	if err != nil {
+		return false, fmt.Errorf("count launched trials: %w", err)
+	}
+	r.mu.Lock()
+	r.launched = n
+	r.mu.Unlock()
+	return n < r.budget, nil
 }
 
 // exhausted reports whether every config of a finite space has a trial and
@@ -276,24 +305,6 @@ func (r *runner) exhausted() (bool, error) {
 		}
 	}
 	return len(seen) >= r.spaceSize || (r.gridSize > 0 && proposed >= r.gridSize), nil
-}
-
-// claimLaunch reserves one launch from the budget.
-func (r *runner) claimLaunch() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.launched >= r.budget {
-		return false
-	}
-	r.launched++
-	return true
-}
-
-// releaseLaunch gives back a claimed launch that was not used.
-func (r *runner) releaseLaunch() {
-	r.mu.Lock()
-	r.launched--
-	r.mu.Unlock()
 }
 
 func (r *runner) skipped() int {
@@ -351,11 +362,10 @@ func (r *runner) resume() error {
 	if recs, err = Records(r.store, r.st.Name); err != nil {
 		return err
 	}
+	if r.launched, err = r.store.LaunchedCount(context.Background(), r.study.ID); err != nil {
+		return fmt.Errorf("count launched trials: %w", err)
+	}
 	for _, rec := range recs {
-		switch rec.State {
-		case StateComplete, StateFailed, StatePruned:
-			r.launched++
-		}
 		if rec.State == StateComplete && rec.ScoreOK && rec.Score != nil && (r.best == nil || *rec.Score > *r.best) {
 			s := *rec.Score
 			r.best = &s
@@ -391,7 +401,7 @@ func (r *runner) studyUID() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read study attributes: %w", err)
 	}
-	if uid := attrs[attrUID]; uid != "" {
+	if uid := attrs[storage.AttrUID]; uid != "" {
 		return uid, nil
 	}
 	b := make([]byte, 4)
@@ -399,7 +409,7 @@ func (r *runner) studyUID() (string, error) {
 		return "", err
 	}
 	uid := hex.EncodeToString(b)
-	if err := r.store.SetStudySystemAttr(r.study.ID, attrUID, uid); err != nil {
+	if err := r.store.SetStudySystemAttr(r.study.ID, storage.AttrUID, uid); err != nil {
 		return "", fmt.Errorf("write study attributes: %w", err)
 	}
 	return uid, nil
@@ -417,9 +427,10 @@ func hostname() string {
 	return h
 }
 
-// ownerDead reports whether owner ("host:pid") is a process of this host
-// that no longer exists.
+// ownerDead reports whether owner ("host:pid", or "host:pid#name") is a
+// process of this host that no longer exists.
 func ownerDead(owner, host string) bool {
+	owner, _, _ = strings.Cut(owner, "#")
 	h, p, ok := strings.Cut(owner, ":")
 	if !ok || h != host {
 		return false

@@ -2,6 +2,7 @@ package search
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os/exec"
@@ -254,7 +255,7 @@ func TestResumeTakesOverDeadOwner(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.SetTrialSystemAttr(id, attrOwner, fmt.Sprintf("%s:%d", hostname(), cmd.Process.Pid)); err != nil {
+	if err := store.SetTrialSystemAttr(id, storage.AttrOwner, fmt.Sprintf("%s:%d", hostname(), cmd.Process.Pid)); err != nil {
 		t.Fatal(err)
 	}
 	dead, _ := store.GetTrial(id)
@@ -331,5 +332,81 @@ func TestGridSampler(t *testing.T) {
 		if fmt.Sprint(r.Params) != want {
 			t.Errorf("trial %d params %v, want %s", i, r.Params, want)
 		}
+	}
+}
+
+// groupBackend counts the servers running on each GPU group at once.
+type groupBackend struct {
+	fakeBackend
+	gmu     sync.Mutex
+	onGroup map[string]int
+	maxOn   int
+}
+
+func (b *groupBackend) Start(ctx context.Context, spec launcher.Spec) (Running, error) {
+	g := fmt.Sprint(spec.GPUs)
+	b.gmu.Lock()
+	if b.onGroup == nil {
+		b.onGroup = map[string]int{}
+	}
+	b.onGroup[g]++
+	b.maxOn = max(b.maxOn, b.onGroup[g])
+	b.gmu.Unlock()
+	run, err := b.fakeBackend.Start(ctx, spec)
+	return &groupRunning{Running: run, b: b, group: g}, err
+}
+
+type groupRunning struct {
+	Running
+	b     *groupBackend
+	group string
+}
+
+func (g *groupRunning) Stop(ctx context.Context) (*launcher.Failure, error) {
+	f, err := g.Running.Stop(ctx)
+	g.b.gmu.Lock()
+	g.b.onGroup[g.group]--
+	g.b.gmu.Unlock()
+	return f, err
+}
+
+// TestTwoRunsShareStudy: two runs of one study on one storage and one GPU
+// group never run two trials on the group at once, and together launch
+// exactly the study's budget.
+func TestTwoRunsShareStudy(t *testing.T) {
+	st, store, path := openFake(t, "groups: [[0, 1, 2, 3], [4, 5, 6, 7]]", "groups: [[0, 1, 2, 3]]")
+	second, err := storage.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { second.Close() })
+	b := &groupBackend{}
+	b.measure = func(ctx context.Context, flags string) (*objective.Result, error) {
+		time.Sleep(20 * time.Millisecond) // long enough for the other run to try the group
+		return result(4, tokS(flags), 0.1), nil
+	}
+	defer func(d time.Duration) { leaseWait = d }(leaseWait)
+	leaseWait = 10 * time.Millisecond
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, s := range []*storage.Store{store, second} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = Run(context.Background(), Options{Study: st, Store: s, Backend: b, LogDir: t.TempDir(),
+				Getenv: func(string) string { return "" }, Name: fmt.Sprint("run", i),
+				Events: func(ev Event) { t.Logf("run %d: %s", i, ev.Text) }})
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if b.maxOn != 1 {
+		t.Errorf("%d servers ran on the GPU group at once", b.maxOn)
+	}
+	recs, _ := Records(store, st.Name)
+	if c := states(recs); c[StateComplete]+c[StateFailed] != 6 || len(b.launches) != 6 {
+		t.Errorf("launched %d (states %v); want the budget of 6", len(b.launches), c)
 	}
 }

@@ -45,7 +45,7 @@ func newSampler(st *space.Study) (goptuna.Sampler, int, error) {
 // liar pushes concurrent asks apart); duplicates (their original is
 // already observed), interrupted and queued trials not at all.
 func classify(t goptuna.FrozenTrial) (float64, sampler.ObsKind) {
-	if t.UserAttrs[attrState] == StateDuplicate {
+	if t.UserAttrs[storage.AttrState] == StateDuplicate {
 		return 0, sampler.ObsIgnore
 	}
 	return sampler.DefaultClassifier(t)

@@ -48,13 +48,13 @@ type trialRun struct {
 }
 
 // trial asks for a config, screens it and, when it passes, launches and
-// measures it on gpus. launched reports whether it used a launch from the
-// budget. An error ends the worker: the storage failed, or the GPU group
-// must not be used again.
-func (r *runner) trial(ctx context.Context, gpus []int) (launched bool, err error) {
+// measures it on gpus. An error ends the worker: the storage failed, the
+// GPU group must not be used again, or (errBudgetTaken) other processes
+// used up the budget first.
+func (r *runner) trial(ctx context.Context, gpus []int) (err error) {
 	t, err := r.ask()
 	if err != nil {
-		return false, err
+		return err
 	}
 	defer t.stopBeat()
 	defer func() {
@@ -65,10 +65,27 @@ func (r *runner) trial(ctx context.Context, gpus []int) (launched bool, err erro
 		}
 	}()
 	if skip, err := r.screen(t); err != nil || skip {
-		return false, err
+		return err
+	}
+	// The launch is counted against the budget atomically, across every
+	// process on the study.
+	ok, err := r.store.ClaimLaunch(ctx, t.id, r.budget)
+	if err != nil {
+		return fmt.Errorf("trial %d: claim a launch: %w", t.number, err)
+	}
+	if !ok {
+		t.done = true
+		if _, _, err := r.store.InterruptTrial(t.id, StateInterrupted, errBudgetTaken.Error(), false); err != nil {
+			return err
+		}
+		return errBudgetTaken
 	}
 	return r.launch(ctx, t, gpus)
 }
+
+// errBudgetTaken ends a worker whose proposal found the budget used up by
+// other processes' launches.
+var errBudgetTaken = errors.New("the study's launched-trial budget was used up by other processes before this trial could launch")
 
 // ask takes the next trial: a queued re-run first (atomically claimed, so
 // two processes never take the same), else a new trial from the sampler.
@@ -86,7 +103,7 @@ func (r *runner) ask() (*trialRun, error) {
 	if t.number, err = r.store.GetTrialNumberFromID(id); err != nil {
 		return nil, r.abandonID(id, fmt.Errorf("read trial number: %w", err))
 	}
-	if err := r.store.SetTrialSystemAttr(id, attrOwner, r.owner); err != nil {
+	if err := r.store.SetTrialSystemAttr(id, storage.AttrOwner, r.owner); err != nil {
 		return nil, r.abandonID(id, fmt.Errorf("trial %d: record owner: %w", t.number, err))
 	}
 	t.stopBeat = r.heartbeat(id)
@@ -97,7 +114,7 @@ func (r *runner) ask() (*trialRun, error) {
 			t.stopBeat()
 			return nil, r.abandonID(id, fmt.Errorf("trial %d: read attributes: %w", t.number, err))
 		}
-		if n, err := strconv.Atoi(sys[attrRetryOf]); err == nil {
+		if n, err := strconv.Atoi(sys[storage.AttrRetryOf]); err == nil {
 			t.retryOf = &n
 		}
 	} else if err := trial.CallRelativeSampler(); err != nil {
@@ -136,7 +153,7 @@ func (r *runner) screen(t *trialRun) (skip bool, err error) {
 		if err != nil {
 			return false, err
 		}
-		return true, r.skip(t, StateInfeasible, rej[0].Rule, strings.Join(msgs, "; "), map[string]string{attrRejections: string(rj)})
+		return true, r.skip(t, StateInfeasible, rej[0].Rule, strings.Join(msgs, "; "), map[string]string{storage.AttrRejections: string(rj)})
 	}
 	if t.retryOf != nil {
 		return false, nil // a re-run of an interrupted trial is launched as it is
@@ -168,23 +185,23 @@ func (r *runner) recordConfig(t *trialRun) error {
 		return err
 	}
 	attrs := map[string]string{
-		attrConfig:     string(cfgJSON),
-		attrConfigKey:  configKey(t.cfg),
-		attrEngine:     string(engineJSON),
-		attrEngineName: r.st.Engine.Name,
+		storage.AttrConfig:     string(cfgJSON),
+		storage.AttrConfigKey:  configKey(t.cfg),
+		storage.AttrEngine:     string(engineJSON),
+		storage.AttrEngineName: r.st.Engine.Name,
 	}
 	if lc := r.st.Engine.LaunchCommand; len(lc) > 0 {
 		b, err := json.Marshal(lc)
 		if err != nil {
 			return err
 		}
-		attrs[attrLaunchCmd] = string(b)
+		attrs[storage.AttrLaunchCommand] = string(b)
 	}
 	if v := r.st.Engine.Version; v != "" {
-		attrs[attrVersion] = v
+		attrs[storage.AttrEngineVersion] = v
 	}
 	if v := r.st.ModelRevision; v != "" {
-		attrs[attrModelRevision] = v
+		attrs[storage.AttrModelRevision] = v
 	}
 	return r.setAttrs(t, attrs)
 }
@@ -211,9 +228,9 @@ func (r *runner) skip(t *trialRun, state, class, reason string, attrs map[string
 	word := map[string]string{StateInfeasible: "infeasible", StateDuplicate: "not launched"}[state]
 	r.emit(Event{Kind: EventSkipped, Trial: t.number, State: state,
 		Text: fmt.Sprintf("trial %d %s [%s]: %s", t.number, word, t.label, reason)})
-	a := map[string]string{attrState: state, attrReason: reason}
+	a := map[string]string{storage.AttrState: state, storage.AttrReason: reason}
 	if class != "" {
-		a[attrClass] = class
+		a[storage.AttrClass] = class
 	}
 	maps.Copy(a, attrs)
 	return r.finish(t, storage.Finish{State: goptuna.TrialStatePruned, Attrs: a})
@@ -233,8 +250,8 @@ func (r *runner) duplicate(t *trialRun, prev Record) error {
 		value = *prev.Score
 	}
 	return r.finish(t, storage.Finish{State: goptuna.TrialStateComplete, Value: &value, Attrs: map[string]string{
-		attrState:  StateDuplicate,
-		attrReason: fmt.Sprintf("same config as trial %d; not launched again", prev.Number),
+		storage.AttrState:  StateDuplicate,
+		storage.AttrReason: fmt.Sprintf("same config as trial %d; not launched again", prev.Number),
 	}})
 }
 
@@ -271,9 +288,8 @@ func configKey(cfg *space.Config) string {
 }
 
 // launch starts the trial's server on gpus, measures it and stores the
-// outcome. counted is false for a trial that was interrupted: it is queued
-// again and does not use the budget.
-func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) (counted bool, err error) {
+// outcome (an interrupted trial gives its launch back when it ends FAIL).
+func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 	r.mu.Lock()
 	r.skips = 0
 	r.mu.Unlock()
@@ -281,11 +297,11 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) (counted b
 	argv := r.st.Argv(t.cfg)
 	argvJSON, err := json.Marshal(argv)
 	if err != nil {
-		return false, err
+		return err
 	}
 	logPath := filepath.Join(r.opt.LogDir, safeName(r.st.Name), fmt.Sprintf("trial-%d.log", t.number))
-	if err := r.setAttrs(t, map[string]string{attrArgv: string(argvJSON), attrLogPath: logPath, attrGPUs: gpuCSV(gpus)}); err != nil {
-		return false, err
+	if err := r.setAttrs(t, map[string]string{storage.AttrArgv: string(argvJSON), storage.AttrLogPath: logPath, storage.AttrGPUs: gpuCSV(gpus)}); err != nil {
+		return err
 	}
 	// The tag lets a later run find and kill this server if sgtune dies
 	// without taking it down. cfg.Env already holds engine.env.
@@ -311,19 +327,19 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) (counted b
 		o.result, o.measureErr, o.limits, ferr = r.measure(ctx, t, srv, attrs)
 		o.crash, stopErr = srv.Stop(context.Background())
 		if ferr != nil {
-			return true, errors.Join(ferr, stopErr)
+			return errors.Join(ferr, stopErr)
 		}
 	}
 	o.interrupted = ctx.Err() != nil
 	out := decide(o, r.st.Score)
 	if err := r.record(t, out, o.result, attrs); err != nil {
-		return true, errors.Join(err, stopErr)
+		return errors.Join(err, stopErr)
 	}
 	if stopErr != nil {
-		return true, fmt.Errorf("GPU group %s: the server of trial %d could not be stopped cleanly: %w; no more trials run on this group",
+		return fmt.Errorf("GPU group %s: the server of trial %d could not be stopped cleanly: %w; no more trials run on this group",
 			gpuList(gpus), t.number, stopErr)
 	}
-	return !out.Retry, nil
+	return nil
 }
 
 // measure observes the started server's facts, refuses one whose limits
@@ -334,7 +350,7 @@ func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs ma
 	if err != nil {
 		return nil, nil, "", err
 	}
-	attrs[attrFacts] = string(fj)
+	attrs[storage.AttrFacts] = string(fj)
 	// What the engine reported sharpens the predictions for later proposals.
 	if o, ok := r.st.Observe(t.cfg, facts); ok {
 		r.learned.add(o)
@@ -356,23 +372,23 @@ func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs ma
 // record stores a launched trial's outcome in one transaction (an
 // interrupted one is queued again) and reports it.
 func (r *runner) record(t *trialRun, out outcome, res *objective.Result, attrs map[string]string) error {
-	attrs[attrDurationS] = strconv.FormatFloat(time.Since(t.start).Seconds(), 'f', 1, 64)
-	attrs[attrState] = out.State
+	attrs[storage.AttrDurationS] = strconv.FormatFloat(time.Since(t.start).Seconds(), 'f', 1, 64)
+	attrs[storage.AttrState] = out.State
 	if out.Reason != "" {
-		attrs[attrReason] = out.Reason
+		attrs[storage.AttrReason] = out.Reason
 	}
 	if out.Class != "" {
-		attrs[attrClass] = out.Class
+		attrs[storage.AttrClass] = out.Class
 	}
 	if f := out.Failure; f != nil {
-		attrs[attrExitCode] = strconv.Itoa(f.ExitCode)
-		attrs[attrExcerpt] = f.Excerpt
-		attrs[attrLogTail] = f.Tail
+		attrs[storage.AttrExitCode] = strconv.Itoa(f.ExitCode)
+		attrs[storage.AttrLogExcerpt] = f.Excerpt
+		attrs[storage.AttrLogTail] = f.Tail
 	}
 	if out.Score != nil {
-		attrs[attrScore] = strconv.FormatFloat(*out.Score, 'g', -1, 64)
-		attrs[attrScoreOK] = strconv.FormatBool(out.ScoreOK)
-		attrs[attrScoreReason] = out.ScoreReason
+		attrs[storage.AttrScore] = strconv.FormatFloat(*out.Score, 'g', -1, 64)
+		attrs[storage.AttrScoreOK] = strconv.FormatBool(out.ScoreOK)
+		attrs[storage.AttrScoreReason] = out.ScoreReason
 	}
 	fin := storage.Finish{State: out.Final, Value: out.Value, Attrs: attrs}
 	if res != nil {
@@ -383,7 +399,7 @@ func (r *runner) record(t *trialRun, out outcome, res *objective.Result, attrs m
 		if err != nil {
 			return err
 		}
-		attrs[attrResult] = string(rj)
+		attrs[storage.AttrResult] = string(rj)
 		fin.Points = res.Points
 		if fin.Points == nil {
 			fin.Points = []objective.Point{}
@@ -391,7 +407,7 @@ func (r *runner) record(t *trialRun, out outcome, res *objective.Result, attrs m
 		// Per-request records let goodput be rescored without relaunching.
 		fin.Requests = requestRecords(res.Requests)
 		if mean, n := promptTokens(res.Requests); n > 0 {
-			attrs[attrPromptTokens] = strconv.FormatFloat(mean, 'f', 2, 64)
+			attrs[storage.AttrPromptTokens] = strconv.FormatFloat(mean, 'f', 2, 64)
 			r.learned.addPrompts(mean, n)
 		}
 	}
@@ -415,6 +431,7 @@ func (r *runner) record(t *trialRun, out outcome, res *objective.Result, attrs m
 		r.sum.Failed++
 	}
 	r.sum.Launched++
+	r.launched++
 	r.mu.Unlock()
 	r.emit(Event{Kind: EventFinished, Trial: t.number, State: out.State, Score: out.Score,
 		Text: fmt.Sprintf("trial %d %s", t.number, out.Line)})

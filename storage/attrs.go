@@ -61,6 +61,13 @@ const (
 	AttrRejections = "sgtune.rejections"
 	// AttrDurationS (user): the trial's wall time in seconds.
 	AttrDurationS = "sgtune.duration_s"
+	// AttrEngineName (user): the engine's name (sglang, llamacpp, vllm).
+	AttrEngineName = "sgtune.engine_name"
+	// AttrModelRevision (user): the model revision the study names.
+	AttrModelRevision = "sgtune.model_revision"
+	// AttrPromptTokens (user): the mean prompt size per request the
+	// server counted (chat template included).
+	AttrPromptTokens = "sgtune.prompt_tokens"
 	// AttrUID (study system attr): a random ID of the study, which tags
 	// its servers' processes.
 	AttrUID = "sgtune.uid"

@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"database/sql"
 	"fmt"
 	"maps"
 	"slices"
@@ -49,7 +48,7 @@ func (s *Store) FinishTrial(trialID int, f Finish) error {
 	if f.Retry && f.State != goptuna.TrialStateFail {
 		return fmt.Errorf("storage: trial %d: a retried trial ends FAIL, not %s", trialID, name)
 	}
-	return s.write(func(tx *sql.Tx) error {
+	return s.write(func(tx *txn) error {
 		if err := updatable(tx, trialID); err != nil {
 			return err
 		}
@@ -90,7 +89,7 @@ func (s *Store) FinishTrial(trialID int, f Finish) error {
 // and nothing changes, when the trial had already finished (another
 // process took it over first).
 func (s *Store) InterruptTrial(trialID int, state, reason string, retry bool) (retryID int, ended bool, err error) {
-	err = s.write(func(tx *sql.Tx) error {
+	err = s.write(func(tx *txn) error {
 		st, err := trialState(tx, trialID)
 		if err != nil {
 			return err

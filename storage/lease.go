@@ -179,6 +179,26 @@ func (s *Store) Leases(ctx context.Context, studyID int) ([]Lease, error) {
 	return out, err
 }
 
+// LeaseOf returns the lease on a resource, whoever holds it and for any
+// study (ok is false when nobody holds one).
+func (s *Store) LeaseOf(ctx context.Context, resource string) (l Lease, ok bool, err error) {
+	err = s.readCtx(ctx, func(tx *txn) error {
+		var acq, exp int64
+		err := tx.QueryRow(`SELECT resource, study_id, holder, acquired_ns, expires_ns FROM leases WHERE resource = ?`,
+			resource).Scan(&l.Resource, &l.StudyID, &l.Holder, &acq, &exp)
+		if errors.Is(err, sql.ErrNoRows) {
+			ok = false
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		l.Acquired, l.Expires, ok = time.Unix(0, acq), time.Unix(0, exp), true
+		return nil
+	})
+	return l, ok, err
+}
+
 // The launched-trial budget: a study launches at most its budget of trials,
 // counted across all processes. A trial is counted from ClaimLaunch until it
 // ends: COMPLETE and PRUNED trials stay counted; one that ends FAIL (how

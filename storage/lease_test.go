@@ -47,6 +47,12 @@ func testLeases(t *testing.T, b *backend) {
 	if acquire(study, "b:2") || acquire(other, "b:2") {
 		t.Fatal("a held lease was given to a second holder (same or another study)")
 	}
+	if l, ok, err := s.LeaseOf(ctx, gpus); err != nil || !ok || l.Holder != "a:1" || l.StudyID != study {
+		t.Fatalf("LeaseOf = %+v %v %v", l, ok, err)
+	}
+	if _, ok, err := s.LeaseOf(ctx, "gpus@nowhere"); err != nil || ok {
+		t.Fatalf("LeaseOf a free resource = %v %v", ok, err)
+	}
 	if !acquire(study, "a:1") {
 		t.Fatal("the holder could not re-acquire its own lease")
 	}

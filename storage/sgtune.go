@@ -163,7 +163,7 @@ func (s *Store) SaveRequests(trialID int, recs []RequestRecord) error {
 }
 
 // insertRequests appends request records after those stored for a trial.
-func insertRequests(tx *sql.Tx, trialID int, recs []RequestRecord) error {
+func insertRequests(tx *txn, trialID int, recs []RequestRecord) error {
 	if len(recs) == 0 {
 		return nil
 	}

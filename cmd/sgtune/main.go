@@ -97,6 +97,9 @@ trial in SQLite, resumes after interruption, and exports the winner as a launch
 script.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return a.storageFromEnv(cmd)
+		},
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return badInput(fmt.Errorf("%w (see '%s --help')", err, c.CommandPath()))

@@ -59,13 +59,15 @@ starting new trials after the given time; the trial in flight finishes.`,
 			if groups := max(len(st.GPUGroups), 1); parallel > groups {
 				return badInput(fmt.Errorf("--parallel %d: the study has %d GPU group(s) (gpus.groups in %s); one trial runs per group", parallel, groups, st.Path))
 			}
-			dbPath, err := storage.ParsePath(storagePath)
-			if err != nil {
-				return badInput(fmt.Errorf("--storage: %w", err))
-			}
-			if dir := filepath.Dir(dbPath); dir != "" {
-				if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-					return badInput(fmt.Errorf("--storage %s: directory %s does not exist", storagePath, dir))
+			logBase := "."
+			if !storage.IsPostgres(storagePath) {
+				dbPath, err := storage.ParsePath(storagePath)
+				if err != nil {
+					return badInput(fmt.Errorf("--storage: %w", err))
+				}
+				logBase = filepath.Dir(dbPath)
+				if fi, err := os.Stat(logBase); err != nil || !fi.IsDir() {
+					return badInput(fmt.Errorf("--storage %s: directory %s does not exist", storagePath, logBase))
 				}
 			}
 			pre := search.Check(st, a.getenv)
@@ -81,7 +83,7 @@ starting new trials after the given time; the trial in flight finishes.`,
 			}
 			defer store.Close()
 			if logDir == "" {
-				logDir = filepath.Join(filepath.Dir(dbPath), "sgtune-logs")
+				logDir = filepath.Join(logBase, "sgtune-logs")
 			}
 
 			ctx, stop := context.WithCancel(cmd.Context())
@@ -108,7 +110,7 @@ starting new trials after the given time; the trial in flight finishes.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&storagePath, "storage", "sgtune.db", "SQLite database holding the study")
+	f.StringVar(&storagePath, "storage", "sgtune.db", storageHelp)
 	f.IntVar(&trials, "trials", 0, "launched-trial budget for the study (default: the study file's budget.trials)")
 	f.DurationVar(&timeout, "timeout", 0, "stop starting trials after this long, e.g. 8h (default: the study file's budget.timeout)")
 	f.IntVar(&parallel, "parallel", 0, "trials at once, one per GPU group (default: the study file's budget.parallel, else every group)")
@@ -187,9 +189,27 @@ func exactArgs(n int) cobra.PositionalArgs {
 	}
 }
 
+// storageHelp documents --storage for every command that has it.
+const storageHelp = "SQLite file or postgres:// URL holding the study (default from $SGTUNE_STORAGE, else sgtune.db)"
+
+// storageFromEnv makes $SGTUNE_STORAGE the default of a command's --storage.
+func (a *app) storageFromEnv(cmd *cobra.Command) error {
+	f := cmd.Flags().Lookup("storage")
+	if f == nil || f.Changed {
+		return nil
+	}
+	if env := a.getenv("SGTUNE_STORAGE"); env != "" {
+		return f.Value.Set(env)
+	}
+	return nil
+}
+
 // openExisting opens a storage that must already exist: commands that only
 // read never create a database.
 func openExisting(path string) (*storage.Store, error) {
+	if storage.IsPostgres(path) {
+		return storage.Open(path)
+	}
 	file, err := storage.ParsePath(path)
 	if err != nil {
 		return nil, badInput(fmt.Errorf("--storage: %w", err))
