@@ -1,9 +1,13 @@
 package objective
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -63,29 +67,55 @@ func runChat(ctx context.Context, c *client, model string, w Workload, opt Optio
 		}
 		return out, nil
 	}
-	for li, conc := range spec.Concurrency {
-		n := spec.Requests[li]
-		if *spec.Warmup {
-			// One wave at the level's concurrency: captures the batch size's
-			// CUDA graphs and JIT paths, so repeat 1 is not cold (seed: r1
-			// TTFT 11-14 s). Short outputs keep it cheap.
-			bodies, err := bodiesFor(prompts(conc, 0, min(conc, n)), min(spec.MaxTokens, 32))
+	warm := func(conc, n int) (note string, err error) {
+		// Waves at the level's concurrency: they capture the batch size's
+		// CUDA graphs and JIT paths, so repeat 1 is not cold (seed: r1 TTFT
+		// 11-14 s). A wave counts only once its requests were decoding
+		// together at the level's full running batch (a wave of short
+		// requests can end before the last one is admitted, leaving the
+		// first-time batch shape to the measured repeat).
+		target := min(conc, n)
+		if opt.MaxRunning > 0 {
+			target = min(target, opt.MaxRunning)
+		}
+		reached := 0
+		for wave := 1; wave <= maxWarmupWaves; wave++ {
+			opt.phase("warm-up C%d", conc)
+			bodies, err := bodiesFor(prompts(conc, -wave, min(conc, n)), spec.MaxTokens)
 			if err != nil {
-				return err
+				return "", err
 			}
 			b, err := c.closedLoop(ctx, bodies, conc, hang, false)
-			p, _ := b.point("warmup", conc, 0, 0)
+			p, recs := b.point("warmup", conc, 0, 0)
 			b.emitTrace(opt, "warmup", conc, 0)
+			reached = maxDecoding(recs)
+			p.Note = fmt.Sprintf("%d of %d requests decoding together", reached, target)
 			res.Warmup = append(res.Warmup, p)
-			opt.progress("c=%d warm-up: %d/%d ok in %.2f s", conc, p.Completed, p.Requested, p.DurationS)
+			opt.progress("c=%d warm-up: %d/%d ok in %.2f s, %d of %d decoding together", conc, p.Completed, p.Requested, p.DurationS, reached, target)
 			if err != nil {
-				return fmt.Errorf("warm-up at concurrency %d: %w", conc, err)
+				return "", fmt.Errorf("warm-up at concurrency %d: %w", conc, err)
 			}
 			if p.Failed > 0 {
-				return fmt.Errorf("warm-up at concurrency %d: %d of %d %w: %s", conc, p.Failed, p.Issued, ErrFailedRequests, b.firstError())
+				return "", fmt.Errorf("warm-up at concurrency %d: %d of %d %w: %s", conc, p.Failed, p.Issued, ErrFailedRequests, b.firstError())
+			}
+			if reached >= target {
+				return "", nil
 			}
 		}
+		return fmt.Sprintf("cold: the warm-up reached %d of %d requests decoding together in %d waves", reached, target, maxWarmupWaves), nil
+	}
+	for li, conc := range spec.Concurrency {
+		n := spec.Requests[li]
+		cold := ""
+		if *spec.Warmup {
+			var err error
+			if cold, err = warm(conc, n); err != nil {
+				return err
+			}
+		}
+		first := len(res.Points)
 		for r := 1; r <= spec.Repeats; r++ {
+			opt.phase("C%d r%d", conc, r)
 			rep := r
 			if spec.ReusePrompts {
 				rep = 1
@@ -97,6 +127,9 @@ func runChat(ctx context.Context, c *client, model string, w Workload, opt Optio
 			b, err := c.closedLoop(ctx, bodies, conc, hang, false)
 			p, recs := b.point("", conc, r, 0)
 			b.emitTrace(opt, "", conc, r)
+			if r == 1 && cold != "" {
+				p.Note = cold
+			}
 			res.Points = append(res.Points, p)
 			res.Requests = append(res.Requests, recs...)
 			opt.progress("%s", progressLine(p, spec.Repeats))
@@ -105,6 +138,12 @@ func runChat(ctx context.Context, c *client, model string, w Workload, opt Optio
 			}
 			if p.Failed > 0 {
 				return fmt.Errorf("concurrency %d repeat %d: %d of %d %w: %s", conc, r, p.Failed, p.Issued, ErrFailedRequests, b.firstError())
+			}
+		}
+		flagOutliers(res.Points[first:])
+		if opt.AfterLevel != nil && li < len(spec.Concurrency)-1 {
+			if err := opt.AfterLevel(conc, res.Points[first:]); err != nil {
+				return fmt.Errorf("after concurrency %d: %w", conc, err)
 			}
 		}
 	}
@@ -143,6 +182,73 @@ func runChat(ctx context.Context, c *client, model string, w Workload, opt Optio
 		}
 	}
 	return nil
+}
+
+// maxWarmupWaves bounds the warm-up waves of one level.
+const maxWarmupWaves = 3
+
+// maxDecoding is the most requests that were streaming tokens at the same
+// moment: the overlap of their [first token, last token] intervals.
+func maxDecoding(recs []RequestRecord) int {
+	type edge struct {
+		t     float64
+		delta int
+	}
+	var edges []edge
+	for _, r := range recs {
+		if !r.OK || r.OutputTokens < 1 {
+			continue
+		}
+		edges = append(edges, edge{r.StartS + r.TTFT, 1}, edge{r.StartS + r.Latency, -1})
+	}
+	// Intervals are closed: starts sort before ends at the same instant.
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := cmp.Compare(a.t, b.t); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.delta, a.delta)
+	})
+	best, cur := 0, 0
+	for _, e := range edges {
+		cur += e.delta
+		best = max(best, cur)
+	}
+	return best
+}
+
+// Outlier thresholds: a repeat whose output tok/s is this far from the
+// median of its level's repeats, or whose TTFT p50 is this many times the
+// median's (or less than its inverse), is flagged.
+const (
+	outlierTokS = 0.25
+	outlierTTFT = 2.0
+)
+
+// flagOutliers marks the repeats of one level that disagree with their
+// siblings (Point.Outlier), so a cold or disturbed repeat is visible.
+func flagOutliers(pts []Point) {
+	if len(pts) < 3 {
+		return
+	}
+	tokS := make([]float64, len(pts))
+	ttft := make([]float64, len(pts))
+	for i, p := range pts {
+		tokS[i], ttft[i] = p.OutputTokS, p.TTFT.P50
+	}
+	mt, mf := median(tokS), median(ttft)
+	for i := range pts {
+		p := &pts[i]
+		var why []string
+		if mt > 0 && math.Abs(p.OutputTokS-mt)/mt > outlierTokS {
+			why = append(why, fmt.Sprintf("%.1f tok/s vs the repeats' median %.1f", p.OutputTokS, mt))
+		}
+		if mf > 0 && p.TTFT.P50 > 0 && (p.TTFT.P50/mf > outlierTTFT || mf/p.TTFT.P50 > outlierTTFT) {
+			why = append(why, fmt.Sprintf("TTFT p50 %.3f s vs the repeats' median %.3f s", p.TTFT.P50, mf))
+		}
+		if len(why) > 0 {
+			p.Outlier = strings.Join(why, "; ")
+		}
+	}
 }
 
 // PhaseCapacity marks the points of the capacity bisection.

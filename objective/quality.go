@@ -222,6 +222,7 @@ func passes(n, total int, min float64) bool {
 // runGate runs the gates, records them as res.Quality.Before or After,
 // and returns an ErrQuality error when they fail.
 func runGate(ctx context.Context, c *client, model string, w Workload, opt Options, res *Result, when string) error {
+	opt.phase("quality %s", when)
 	qc, err := qualityCheck(ctx, c, model, w.Quality, time.Duration(w.HangTimeout*float64(time.Second)))
 	if err != nil {
 		return fmt.Errorf("%s the sweep: %w", when, err)

@@ -17,6 +17,25 @@ type Options struct {
 	// goroutine that called Run. Tracing adds a few microseconds per
 	// request; sweeps leave it unset.
 	Trace func(RequestTrace)
+	// Phase, when set, is told each phase as it starts: "quality before",
+	// "warm-up C16", "C16 r2", "quality after".
+	Phase func(phase string)
+	// AfterLevel, when set, is called with the measured points of a chat
+	// concurrency level once its repeats are done (not after the last
+	// level); an error stops the run there and is returned (wrapped), with
+	// every point measured so far in the Result. Multi-fidelity pruning
+	// stops a trial that cannot come near the best this way.
+	AfterLevel func(conc int, points []Point) error
+	// MaxRunning, when > 0, is how many requests the server runs at once
+	// (per its startup facts): a warm-up wave has to reach
+	// min(concurrency, MaxRunning) requests decoding together.
+	MaxRunning int
+}
+
+func (o Options) phase(format string, args ...any) {
+	if o.Phase != nil {
+		o.Phase(fmt.Sprintf(format, args...))
+	}
 }
 
 func (o Options) progress(format string, args ...any) {

@@ -34,6 +34,9 @@ func smallChat() Workload {
 	}}
 }
 
+// spaced is a token interval long enough for a wave of requests to overlap.
+const spaced = 3 * time.Millisecond
+
 func TestRunChatSweep(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -42,11 +45,13 @@ func TestRunChatSweep(t *testing.T) {
 		wantWarm  int
 		wantExtra string // a field every measured request body must carry
 	}{
-		{"defaults with usage", &fakesse.Server{}, nil, 2, `"temperature":0`},
-		{"tokens counted without usage", &fakesse.Server{NoUsage: true}, nil, 2, `"include_usage":true`},
+		// Tokens are spaced out so that a warm-up wave's requests decode
+		// together, as on a real server.
+		{"defaults with usage", &fakesse.Server{TokenInterval: spaced}, nil, 2, `"temperature":0`},
+		{"tokens counted without usage", &fakesse.Server{NoUsage: true, TokenInterval: spaced}, nil, 2, `"include_usage":true`},
 		{"ignore_eos and no warm-up", &fakesse.Server{}, func(w *Workload) { w.Chat.IgnoreEOS = true; w.Chat.Warmup = boolp(false) }, 0, `"ignore_eos":true`},
-		{"reasoning counts for TTFT", &fakesse.Server{ReasoningTokens: 2}, nil, 2, `"max_tokens":5`},
-		{"api key", &fakesse.Server{APIKey: "sekret"}, nil, 2, `"stream":true`},
+		{"reasoning counts for TTFT", &fakesse.Server{ReasoningTokens: 2, TokenInterval: spaced}, nil, 2, `"max_tokens":5`},
+		{"api key", &fakesse.Server{APIKey: "sekret", TokenInterval: spaced}, nil, 2, `"stream":true`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,7 +27,9 @@ func TestRequestTrace(t *testing.T) {
 		{"no warm-up", false, 3, 6, 1, 0, 6, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := &fakesse.Server{FirstTokenDelay: delay}
+			// Tokens spaced out so a wave's requests decode together (the
+			// warm-up has to show its full batch).
+			srv := &fakesse.Server{FirstTokenDelay: delay, TokenInterval: 3 * time.Millisecond}
 			w := Workload{Chat: ChatSpec{Concurrency: []int{tc.conc}, Requests: []int{tc.n}, MaxTokens: 3, Repeats: tc.repeats, Warmup: boolp(tc.warmup)}}
 			var traces []RequestTrace
 			res, err := Run(context.Background(), fake(t, srv), w, Options{Trace: func(tr RequestTrace) { traces = append(traces, tr) }})

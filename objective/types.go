@@ -111,8 +111,11 @@ type Point struct {
 	PromptTokS     float64 `json:"prompt_tok_s,omitempty"`
 	PerRequestTokS float64 `json:"per_request_tok_s,omitempty"`
 	AvgActive      float64 `json:"avg_active,omitempty"`
-	// Note says why a point has its status (matrix) or why it failed.
+	// Note says why a point has its status (matrix), why it failed, or
+	// that it may be cold (its warm-up never reached the full batch).
 	Note string `json:"note,omitempty"`
+	// Outlier says how a repeat disagrees with its sibling repeats.
+	Outlier string `json:"outlier,omitempty"`
 }
 
 // Median summarises the repeats at one concurrency.

@@ -35,6 +35,7 @@ const (
 	ClassMeasurement    = "measurement"
 	ClassRequestsFailed = "requests_failed" // the server answered, but requests kept failing
 	ClassKnownBadConfig = "same_as_failed"
+	ClassCrashRegion    = "crash_region" // every launched config of its region failed
 )
 
 // Record is one stored trial, decoded for reports.
@@ -50,6 +51,7 @@ type Record struct {
 	Reason       string                 `json:"reason,omitempty"`
 	ExitCode     *int                   `json:"exit_code,omitempty"`
 	RetryOf      *int                   `json:"retry_of,omitempty"`
+	ConfirmOf    *int                   `json:"confirm_of,omitempty"`
 	Retries      int                    `json:"retries,omitempty"`
 	GPUs         string                 `json:"gpus,omitempty"`
 	EngineName   string                 `json:"engine,omitempty"`
@@ -146,6 +148,11 @@ func decode(t goptuna.FrozenTrial) Record {
 			r.RetryOf = &v
 		}
 	}
+	if s, ok := t.SystemAttrs[storage.AttrConfirmOf]; ok {
+		if v, err := strconv.Atoi(s); err == nil {
+			r.ConfirmOf = &v
+		}
+	}
 	if s, ok := ua[storage.AttrDurationS]; ok {
 		r.DurationS, _ = strconv.ParseFloat(s, 64)
 	}
@@ -176,6 +183,7 @@ func decode(t goptuna.FrozenTrial) Record {
 type StudyStore interface {
 	GetStudyIDFromName(name string) (int, error)
 	GetAllTrials(studyID int) ([]goptuna.FrozenTrial, error)
+	GetStudySystemAttrs(studyID int) (map[string]string, error)
 }
 
 // ErrNoStudy is returned when the storage holds no study of that name.

@@ -56,10 +56,14 @@ type Summary struct {
 	Launched    int // trials launched in this run
 	Complete    int
 	Failed      int
+	Pruned      int
 	Infeasible  int
 	Interrupted bool // the run was stopped before its budget was spent
-	Best        *Record
-	Records     []Record
+	// Best is the declared winner's trial when the study declared one (see
+	// Winner), else the best complete trial so far.
+	Best    *Record
+	Winner  *Winner
+	Records []Record
 }
 
 // maxSkips bounds consecutive proposals that launch nothing (infeasible,
@@ -102,6 +106,8 @@ type runner struct {
 	best     *float64
 	skips    int // consecutive proposals that launched nothing
 	sum      Summary
+	// confirming: the workers run queued confirmation runs only.
+	confirming bool
 }
 
 // Run runs (or resumes) the study until its budget is spent, its timeout
@@ -205,17 +211,39 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		}()
 	}
 	wg.Wait()
+	err = errors.Join(errs...)
+	// The winner is declared once the search is over: its budget spent or
+	// its space exhausted, not cut short by Ctrl-C, an error or the timeout.
+	if err == nil && ctx.Err() == nil && !r.timedOut() && st.Budget.Confirm > 0 {
+		err = r.confirm(ctx, groups[:parallel])
+	}
 
-	recs, err := Records(r.store, st.Name)
-	if err != nil {
-		return r.sum, err
+	recs, rerr := Records(r.store, st.Name)
+	if rerr != nil {
+		return r.sum, errors.Join(err, rerr)
 	}
 	r.sum.Records = recs
 	if b, ok := Best(recs); ok {
 		r.sum.Best = &b
 	}
+	if w, ok, werr := ReadWinner(r.store, st.Name); werr != nil {
+		err = errors.Join(err, werr)
+	} else if ok {
+		r.sum.Winner = &w
+		for _, rec := range recs {
+			if rec.Number == w.Trial {
+				b := rec
+				r.sum.Best = &b
+			}
+		}
+	}
 	r.sum.Interrupted = ctx.Err() != nil
-	return r.sum, errors.Join(errs...)
+	return r.sum, err
+}
+
+// timedOut reports whether the run's timeout passed.
+func (r *runner) timedOut() bool {
+	return !r.deadline.IsZero() && time.Now().After(r.deadline)
 }
 
 // worker runs trials on one GPU group until there is nothing left to do. It
@@ -236,27 +264,32 @@ func (r *runner) worker(ctx context.Context, gpus []int) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if !r.deadline.IsZero() && time.Now().After(r.deadline) {
-			r.note("timeout reached: no new trials")
-			return nil
-		}
-		done, err := r.exhausted()
-		if err != nil {
-			return err
-		}
-		if done {
-			r.note("every config of the space (%d) has been tried", r.spaceSize)
-			return nil
-		}
-		if r.skipped() >= maxSkips {
-			r.note("stopping: the last %d proposals were all infeasible or duplicates", maxSkips)
-			return nil
-		}
-		if left, err := r.budgetLeft(ctx); err != nil || !left {
-			return err
+		if !r.confirming {
+			if r.timedOut() {
+				r.note("timeout reached: no new trials")
+				return nil
+			}
+			done, err := r.exhausted()
+			if err != nil {
+				return err
+			}
+			if done {
+				r.note("every config of the space (%d) has been tried", r.spaceSize)
+				return nil
+			}
+			if r.skipped() >= maxSkips {
+				r.note("stopping: the last %d proposals were all infeasible or duplicates", maxSkips)
+				return nil
+			}
+			if left, err := r.budgetLeft(ctx); err != nil || !left {
+				return err
+			}
 		}
 		if err := r.trial(ctx, gpus); err != nil {
-			if errors.Is(err, errBudgetTaken) {
+			switch {
+			case errors.Is(err, errNothingQueued):
+				return nil
+			case errors.Is(err, errBudgetTaken):
 				r.note("%v", err)
 				return nil
 			}

@@ -32,7 +32,7 @@ params:
   - {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}
 workload: {chat: {concurrency: [4], requests: [4], max_tokens: 8, repeats: 1}}
 score: {metric: output_tok_s, concurrency: 4}
-budget: {trials: 6, sampler: random, seed: 3}
+budget: {trials: 6, sampler: random, seed: 3, confirm: 0}
 `
 
 // fakeBackend measures a config's tok/s as a function of its flags; hooks
@@ -87,7 +87,21 @@ func (f *fakeRunning) Measure(ctx context.Context, w objective.Workload, opt obj
 	if f.b.crash != nil && f.b.crash(f.flags) != nil {
 		return nil, objective.ErrFailedRequests
 	}
-	return result(4, tokS(f.flags), 0.1), nil
+	// One point per level, the levels' hooks called as the load generator
+	// calls them.
+	res := &objective.Result{Kind: "chat"}
+	levels := w.Chat.Concurrency
+	for i, c := range levels {
+		p := result(c, tokS(f.flags)*float64(c)/4, 0.1).Points[0]
+		res.Points = append(res.Points, p)
+		res.Medians = objective.Medians(res.Points)
+		if opt.AfterLevel != nil && i < len(levels)-1 {
+			if err := opt.AfterLevel(c, []objective.Point{p}); err != nil {
+				return res, fmt.Errorf("after concurrency %d: %w", c, err)
+			}
+		}
+	}
+	return res, nil
 }
 
 func (f *fakeRunning) Stop(ctx context.Context) (*launcher.Failure, error) {
@@ -196,7 +210,7 @@ func TestRunFakeBackend(t *testing.T) {
 // same params, also at the top of a step-int range (goptuna's fixed_params
 // drop that value), and the budget counts it once.
 func TestInterruptQueuesRerun(t *testing.T) {
-	st, store, _ := openFake(t, "budget: {trials: 6, sampler: random, seed: 3}", "budget: {trials: 2, sampler: random, seed: 3}",
+	st, store, _ := openFake(t, "budget: {trials: 6, sampler: random, seed: 3, confirm: 0}", "budget: {trials: 2, sampler: random, seed: 3, confirm: 0}",
 		"low: 64, high: 512", "low: 448, high: 512")
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &fakeBackend{measure: func(mctx context.Context, flags string) (*objective.Result, error) {
@@ -408,5 +422,143 @@ func TestTwoRunsShareStudy(t *testing.T) {
 	recs, _ := Records(store, st.Name)
 	if c := states(recs); c[StateComplete]+c[StateFailed] != 6 || len(b.launches) != 6 {
 		t.Errorf("launched %d (states %v); want the budget of 6", len(b.launches), c)
+	}
+}
+
+// TestPruneKeepsPartialPoints: a trial whose cheap level is far below the
+// best is stopped there, stored pruned with its partial points and score,
+// and never wins.
+func TestPruneKeepsPartialPoints(t *testing.T) {
+	st, store, _ := openFake(t, "concurrency: [4], requests: [4]", "concurrency: [1, 4], requests: [2, 4]",
+		"low: 64, high: 512", "low: 64, high: 1024",
+		"budget: {trials: 6, sampler: random, seed: 3, confirm: 0}", "budget: {trials: 12, sampler: random, seed: 3, confirm: 0, prune: {fraction: 0.9}}")
+	b := &fakeBackend{}
+	sum, err, _ := runFake(t, context.Background(), st, store, b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pruned := 0
+	for _, r := range sum.Records {
+		if r.State != StatePruned {
+			continue
+		}
+		pruned++
+		pts, err := store.Points(r.ID)
+		if err != nil || len(pts) != 1 || pts[0].Concurrency != 1 {
+			t.Errorf("trial %d: partial points %v %v", r.Number, pts, err)
+		}
+		if r.Score == nil || r.ScoreOK || !strings.Contains(r.Reason, "budget.prune: fraction 0.90") {
+			t.Errorf("trial %d: score %v ok %v reason %q", r.Number, r.Score, r.ScoreOK, r.Reason)
+		}
+		if sum.Best != nil && sum.Best.Number == r.Number {
+			t.Errorf("pruned trial %d is the winner", r.Number)
+		}
+	}
+	if pruned == 0 {
+		t.Errorf("nothing pruned: %v", states(sum.Records))
+	}
+}
+
+// TestConfirmDeclaresWinner: once the budget is spent the top configs are
+// measured again, interleaved and outside the budget, and the winner is
+// declared on the pooled runs; a noisy rerun that drops the first-ranked
+// config below the second changes the winner.
+func TestConfirmDeclaresWinner(t *testing.T) {
+	st, store, _ := openFake(t, "confirm: 0}", "confirm: 2, confirm_rounds: 2}")
+	var mu sync.Mutex
+	runs := map[string]int{}
+	b := &fakeBackend{}
+	b.measure = func(ctx context.Context, flags string) (*objective.Result, error) {
+		mu.Lock()
+		runs[flags]++
+		n := runs[flags]
+		mu.Unlock()
+		v := tokS(flags)
+		if n > 1 && strings.Contains(flags, "--ep-size 4") {
+			v *= 0.5 // ep 4 configs measure far lower when run again
+		}
+		return result(4, v, 0.1), nil
+	}
+	sum, err, evs := runFake(t, context.Background(), st, store, b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	launched, confirms := 0, map[int]int{}
+	for _, r := range sum.Records {
+		if r.ConfirmOf != nil {
+			confirms[*r.ConfirmOf]++
+		} else if r.State == StateComplete || r.State == StateFailed {
+			launched++
+		}
+	}
+	if launched != 6 || len(confirms) != 2 {
+		t.Fatalf("%d launched by the search, confirmations %v", launched, confirms)
+	}
+	for orig, n := range confirms {
+		if n != 2 {
+			t.Errorf("trial %d confirmed %d times, want 2", orig, n)
+		}
+	}
+	if sum.Winner == nil || sum.Best == nil || sum.Best.Number != sum.Winner.Trial || len(sum.Winner.Runs) != 3 {
+		t.Fatalf("winner %+v best %+v", sum.Winner, sum.Best)
+	}
+	w := sum.Winner
+	for _, c := range w.Candidates {
+		total := 0.0
+		for _, m := range c.Runs {
+			total += m.Score
+		}
+		if len(c.Runs) != 3 || math.Abs(c.Pooled-total/3) > 1e-9 {
+			t.Errorf("candidate %+v: want 3 runs pooled by their mean", c)
+		}
+	}
+	if again, _ := declare(w.Candidates); again.Trial != w.Trial {
+		t.Errorf("winner %d, the candidates say %d", w.Trial, again.Trial)
+	}
+	stored, ok, err := ReadWinner(store, st.Name)
+	if err != nil || !ok || stored.Trial != w.Trial || stored.Reason == "" {
+		t.Errorf("stored winner %+v %v %v", stored, ok, err)
+	}
+	var sawConfirm bool
+	for _, ev := range evs {
+		sawConfirm = sawConfirm || ev.Kind == EventConfirming
+	}
+	if !sawConfirm {
+		t.Error("no confirming event")
+	}
+}
+
+func TestDeclare(t *testing.T) {
+	run := func(trial int, scores ...float64) Candidate {
+		c := Candidate{Trial: trial}
+		lo, hi, sum := scores[0], scores[0], 0.0
+		for _, s := range scores {
+			c.Runs = append(c.Runs, Measurement{Score: s, OK: true})
+			lo, hi, sum = min(lo, s), max(hi, s), sum+s
+		}
+		c.Pooled, c.Spread = sum/float64(len(scores)), hi-lo
+		return c
+	}
+	simple := func(c Candidate, flags int) Candidate { c.Flags = flags; return c }
+	tests := []struct {
+		name  string
+		cands []Candidate
+		win   int
+		tied  string
+		say   string
+	}{
+		{"clear win", []Candidate{simple(run(1, 100, 102), 3), simple(run(2, 90, 91), 1)}, 1, "[]", "more than either spread"},
+		{"tie goes to the simpler", []Candidate{simple(run(1, 100, 110), 5), simple(run(2, 98, 104), 2)}, 2, "[1]", "the simpler config wins (2 flags vs 5)"},
+		{"tie, the best is also the simplest", []Candidate{simple(run(1, 100, 110), 1), simple(run(2, 98, 104), 2)}, 1, "[2]", "is no more complex"},
+		{"only one", []Candidate{run(7, 50)}, 7, "[]", "the only confirmed config"},
+	}
+	for _, tc := range tests {
+		w, ok := declare(tc.cands)
+		if !ok || w.Trial != tc.win || fmt.Sprint(w.TiedWith) != tc.tied || !strings.Contains(w.Reason, tc.say) {
+			t.Errorf("%s: winner %d tied %v reason %q; want %d %s %q", tc.name, w.Trial, w.TiedWith, w.Reason, tc.win, tc.tied, tc.say)
+		}
+	}
+	if _, ok := declare(nil); ok {
+		t.Error("a winner from nothing")
 	}
 }

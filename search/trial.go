@@ -38,6 +38,7 @@ var deterministicClasses = map[string]bool{
 type trialRun struct {
 	id, number int
 	retryOf    *int
+	confirmOf  *int // a confirmation run of that trial's config
 	params     space.Params
 	label      string // params as k=v, for progress lines
 	cfg        *space.Config
@@ -67,6 +68,9 @@ func (r *runner) trial(ctx context.Context, gpus []int) (err error) {
 	if skip, err := r.screen(t); err != nil || skip {
 		return err
 	}
+	if t.confirmOf != nil {
+		return r.launch(ctx, t, gpus) // confirmation runs are outside the budget
+	}
 	// The launch is counted against the budget atomically, across every
 	// process on the study.
 	ok, err := r.store.ClaimLaunch(ctx, t.id, r.budget)
@@ -83,6 +87,10 @@ func (r *runner) trial(ctx context.Context, gpus []int) (err error) {
 	return r.launch(ctx, t, gpus)
 }
 
+// errNothingQueued ends a worker that runs queued trials only (the
+// confirmation runs) once none is left.
+var errNothingQueued = errors.New("no queued trial")
+
 // errBudgetTaken ends a worker whose proposal found the budget used up by
 // other processes' launches.
 var errBudgetTaken = errors.New("the study's launched-trial budget was used up by other processes before this trial could launch")
@@ -93,6 +101,9 @@ func (r *runner) ask() (*trialRun, error) {
 	id, queued, err := r.store.ClaimWaitingTrial(r.study.ID)
 	if err != nil {
 		return nil, fmt.Errorf("claim a queued trial: %w", err)
+	}
+	if !queued && r.confirming {
+		return nil, errNothingQueued
 	}
 	if !queued {
 		if id, err = r.store.CreateNewTrial(r.study.ID); err != nil {
@@ -116,6 +127,9 @@ func (r *runner) ask() (*trialRun, error) {
 		}
 		if n, err := strconv.Atoi(sys[storage.AttrRetryOf]); err == nil {
 			t.retryOf = &n
+		}
+		if n, err := strconv.Atoi(sys[storage.AttrConfirmOf]); err == nil {
+			t.confirmOf = &n
 		}
 	} else if err := trial.CallRelativeSampler(); err != nil {
 		// A queued re-run takes its stored params (fixed_params); only a
@@ -155,8 +169,15 @@ func (r *runner) screen(t *trialRun) (skip bool, err error) {
 		}
 		return true, r.skip(t, StateInfeasible, rej[0].Rule, strings.Join(msgs, "; "), map[string]string{storage.AttrRejections: string(rj)})
 	}
-	if t.retryOf != nil {
-		return false, nil // a re-run of an interrupted trial is launched as it is
+	if t.retryOf != nil || t.confirmOf != nil {
+		return false, nil // a re-run or a confirmation run is launched as it is
+	}
+	recs, err := Records(r.store, r.st.Name)
+	if err != nil {
+		return false, err
+	}
+	if why := crashRegion(r.st, recs, t.cfg.Params); why != "" {
+		return true, r.skip(t, StateInfeasible, ClassCrashRegion, why, nil)
 	}
 	prev, ok, err := r.sameConfig(t.id, configKey(t.cfg))
 	if err != nil || !ok {
@@ -166,6 +187,9 @@ func (r *runner) screen(t *trialRun) (skip bool, err error) {
 	case StateFailed:
 		return true, r.skip(t, StateInfeasible, ClassKnownBadConfig,
 			fmt.Sprintf("same config as trial %d, which failed with %s", prev.Number, prev.FailureClass), nil)
+	case StatePruned:
+		return true, r.skip(t, StateInfeasible, ClassKnownBadConfig,
+			fmt.Sprintf("same config as trial %d, which was pruned: %s", prev.Number, prev.Reason), nil)
 	case StateRunning:
 		// Another worker is measuring this config right now.
 		return true, r.skip(t, StateDuplicate, "",
@@ -267,7 +291,7 @@ func (r *runner) sameConfig(id int, key string) (Record, bool, error) {
 		if rec.ID == id || rec.ConfigKey != key {
 			continue
 		}
-		if rec.State == StateComplete || rec.State == StateRunning ||
+		if rec.State == StateComplete || rec.State == StateRunning || rec.State == StatePruned ||
 			(rec.State == StateFailed && deterministicClasses[rec.FailureClass]) {
 			return rec, true, nil
 		}
@@ -324,7 +348,7 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 	var stopErr error
 	if err == nil {
 		var ferr error
-		o.result, o.measureErr, o.limits, ferr = r.measure(ctx, t, srv, attrs)
+		o.result, o.measureErr, o.limits, o.pruned, ferr = r.measure(ctx, t, srv, attrs)
 		o.crash, stopErr = srv.Stop(context.Background())
 		if ferr != nil {
 			return errors.Join(ferr, stopErr)
@@ -343,12 +367,14 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 }
 
 // measure observes the started server's facts, refuses one whose limits
-// the engine reduced, and runs the workload.
-func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs map[string]string) (*objective.Result, error, string, error) {
+// the engine reduced (limits says why), and runs the workload, stopping it
+// early when a level shows the trial cannot come near the best (pruned
+// says why). ferr is a failure to store what was observed.
+func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs map[string]string) (res *objective.Result, merr error, limits, pruned string, ferr error) {
 	facts := srv.Facts()
 	fj, err := json.Marshal(facts)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, "", "", err
 	}
 	attrs[storage.AttrFacts] = string(fj)
 	// What the engine reported sharpens the predictions for later proposals.
@@ -359,14 +385,32 @@ func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs ma
 		Text: fmt.Sprintf("trial %d ready in %.1fs: max_running_requests=%d max_total_num_tokens=%d",
 			t.number, facts.StartupS, facts.MaxRunningRequests, facts.MaxTotalNumTokens)})
 	if why := limitsReduced(facts, r.st.OnLimitsReduced); why != "" {
-		return nil, nil, why, nil
+		return nil, nil, why, "", nil
 	}
-	res, merr := srv.Measure(ctx, r.st.Workload, objective.Options{
+	res, merr = srv.Measure(ctx, r.st.Workload, objective.Options{
+		MaxRunning: facts.MaxRunningRequests,
 		Progress: func(line string) {
 			r.emit(Event{Kind: EventPoint, Trial: t.number, Text: fmt.Sprintf("trial %d   %s", t.number, line)})
 		},
+		Phase: func(phase string) {
+			r.emit(Event{Kind: EventPhase, Trial: t.number, Phase: phase, Text: fmt.Sprintf("trial %d   %s", t.number, phase)})
+		},
+		AfterLevel: func(conc int, pts []objective.Point) error {
+			recs, err := Records(r.store, r.st.Name)
+			if err != nil {
+				return err
+			}
+			if why := pruneReason(r.st.Budget.Prune, conc, levelTokS(pts), levelRefs(recs, conc)); why != "" {
+				pruned = why
+				return errPruned
+			}
+			return nil
+		},
 	})
-	return res, merr, "", nil
+	if pruned != "" && errors.Is(merr, errPruned) {
+		return res, merr, "", pruned, nil
+	}
+	return res, merr, "", "", nil
 }
 
 // record stores a launched trial's outcome in one transaction (an
@@ -429,6 +473,8 @@ func (r *runner) record(t *trialRun, out outcome, res *objective.Result, attrs m
 		}
 	case StateFailed:
 		r.sum.Failed++
+	case StatePruned:
+		r.sum.Pruned++
 	}
 	r.sum.Launched++
 	r.launched++

@@ -19,14 +19,22 @@ import (
 
 // Defaults applied by Load.
 var (
-	DefaultConcurrency    = []int{1, 16, 64, 128}
-	DefaultRequests       = []int{8, 32, 256, 512}
-	DefaultMaxTokens      = 256
-	DefaultRepeats        = 3
-	DefaultJSONRequests   = 24
-	DefaultToolRequests   = 8
-	DefaultTrials         = 20
-	DefaultSampler        = "tpe"
+	DefaultConcurrency  = []int{1, 16, 64, 128}
+	DefaultRequests     = []int{8, 32, 256, 512}
+	DefaultMaxTokens    = 256
+	DefaultRepeats      = 3
+	DefaultJSONRequests = 24
+	DefaultToolRequests = 8
+	DefaultTrials       = 20
+	DefaultSampler      = "tpe"
+	// Multi-fidelity: prune a trial whose early level reaches less than
+	// this fraction of the best complete trial's at that level, once this
+	// many complete trials measured it.
+	DefaultPruneFraction    = 0.5
+	DefaultPruneMinComplete = 3
+	// DefaultConfirm top configs are measured again before a winner is
+	// declared.
+	DefaultConfirm        = 3
 	DefaultStartupTimeout = 20 * time.Minute
 	// Samplers are the values budget.sampler accepts (search/sampler's
 	// names; a test keeps the two lists equal): tpe (ours), tpe-multivariate,
@@ -972,8 +980,28 @@ func (d *dec) sloList(m *mapNode, prefix string) []objective.SLO {
 
 func (d *dec) budget(st *Study, top *mapNode) {
 	b := &st.Budget
-	m := d.mapping(top.node("budget"), "budget", "trials", "timeout", "sampler", "seed", "parallel")
+	m := d.mapping(top.node("budget"), "budget", "trials", "timeout", "sampler", "seed", "parallel", "prune", "confirm", "confirm_rounds")
 	b.Trials, b.Sampler, b.Parallel = DefaultTrials, DefaultSampler, len(st.GPUGroups)
+	b.Prune = Prune{Rule: "fraction", Fraction: DefaultPruneFraction, MinComplete: DefaultPruneMinComplete}
+	b.Confirm, b.ConfirmRounds = DefaultConfirm, 1
+	if n := m.node("prune"); n != nil {
+		pm := d.mapping(n, "budget.prune", "rule", "fraction", "min_complete")
+		if pm.str("rule", &b.Prune.Rule) && !slices.Contains([]string{"fraction", "median", "off"}, b.Prune.Rule) {
+			pm.failKey("rule", "%q; valid: fraction (default), median, off", b.Prune.Rule)
+		}
+		if pm.float("fraction", &b.Prune.Fraction) && (b.Prune.Fraction <= 0 || b.Prune.Fraction >= 1) {
+			pm.failKey("fraction", "%v; valid: between 0 and 1 (default %v)", b.Prune.Fraction, DefaultPruneFraction)
+		}
+		if pm.int("min_complete", &b.Prune.MinComplete) && b.Prune.MinComplete < 1 {
+			pm.failKey("min_complete", "%d; valid: >= 1", b.Prune.MinComplete)
+		}
+	}
+	if m.int("confirm", &b.Confirm) && b.Confirm < 0 {
+		m.failKey("confirm", "%d; valid: >= 0 (0 turns confirmation off)", b.Confirm)
+	}
+	if m.int("confirm_rounds", &b.ConfirmRounds) && b.ConfirmRounds < 1 {
+		m.failKey("confirm_rounds", "%d; valid: >= 1", b.ConfirmRounds)
+	}
 	m.int("trials", &b.Trials)
 	positive(m, "trials", b.Trials)
 	m.duration("timeout", &b.Timeout)

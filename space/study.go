@@ -61,9 +61,27 @@ type Engine struct {
 type Budget struct {
 	Trials   int
 	Timeout  time.Duration
-	Sampler  string // tpe (default) | random | grid | goptuna-tpe
+	Sampler  string // tpe (default) | tpe-multivariate | random | grid | goptuna-tpe
 	Seed     int64
 	Parallel int
+	// Prune stops a trial whose cheap early levels already show it cannot
+	// come near the best (multi-fidelity).
+	Prune Prune
+	// Confirm is how many of the top configs are measured again before
+	// the study declares its winner (0: none), ConfirmRounds how often each.
+	Confirm, ConfirmRounds int
+}
+
+// Prune is the multi-fidelity rule (budget.prune).
+type Prune struct {
+	// Rule: fraction (default; prune below Fraction x the best complete
+	// trial at the same level), median (below the median of the complete
+	// trials at that level: successive halving's rule) or off.
+	Rule     string
+	Fraction float64
+	// MinComplete complete trials must have measured a level before it
+	// prunes anything.
+	MinComplete int
 }
 
 // Launch holds per-trial launch settings.

@@ -46,6 +46,12 @@ const (
 	AttrSlurmJob = "sgtune.slurm_job"
 	// AttrRetryOf (system): on a retry, the original trial's number.
 	AttrRetryOf = "sgtune.retry_of"
+	// AttrConfirmOf (system): on a confirmation run (a top config measured
+	// again before the winner is declared), the original trial's number.
+	AttrConfirmOf = "sgtune.confirm_of"
+	// AttrWinner (study system attr): the declared winner with its pooled
+	// measurements and spread, as JSON.
+	AttrWinner = "sgtune.winner"
 	// AttrRetries (user): on a retry, how many retries preceded it.
 	AttrRetries = "sgtune.retries"
 	// AttrEngine (user): the engine command as a JSON array.

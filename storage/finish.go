@@ -109,3 +109,20 @@ func (s *Store) InterruptTrial(trialID int, state, reason string, retry bool) (r
 	}
 	return retryID, true, nil
 }
+
+// QueueCopy queues a WAITING trial with the parameters of trial trialID
+// (finished or not) and the given system attributes, in one transaction;
+// the study's loop runs it like any queued trial (ClaimWaitingTrial). It
+// returns the new trial's ID.
+func (s *Store) QueueCopy(trialID int, sys map[string]string) (int, error) {
+	var id int
+	err := s.write(func(tx *txn) error {
+		old, err := lockedTrial(tx, trialID)
+		if err != nil {
+			return err
+		}
+		id, err = queueCopy(tx, old, sys, nil)
+		return err
+	})
+	return id, err
+}

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -346,38 +348,61 @@ func (s *Store) RequeueTrial(trialID int, reason string) (int, error) {
 }
 
 func requeue(tx *txn, trialID int, reason, state string) (int, error) {
-	if _, err := trialState(tx, trialID); err != nil { // lock it first (PostgreSQL)
-		return -1, err
-	}
-	ts, err := loadTrials(tx, "t.trial_id = ?", trialID)
+	old, err := lockedTrial(tx, trialID)
 	if err != nil {
 		return -1, err
 	}
-	if len(ts) == 0 {
-		return -1, goptuna.ErrInvalidTrialID
-	}
-	old := ts[0]
 	if !old.State.IsFinished() {
 		if err := failInTx(tx, trialID, reason, state); err != nil {
 			return -1, err
 		}
 	}
+	retries, _ := strconv.Atoi(old.UserAttrs[AttrRetries])
+	sys := map[string]string{AttrRetryOf: strconv.Itoa(old.Number)}
+	// A re-run of a confirmation run is a confirmation run.
+	if c, ok := old.SystemAttrs[AttrConfirmOf]; ok {
+		sys[AttrConfirmOf] = c
+	}
+	return queueCopy(tx, old, sys, map[string]string{AttrRetries: strconv.Itoa(retries + 1)})
+}
+
+// lockedTrial locks a trial (PostgreSQL) and loads it.
+func lockedTrial(tx *txn, trialID int) (goptuna.FrozenTrial, error) {
+	if _, err := trialState(tx, trialID); err != nil { // lock it first (PostgreSQL)
+		return goptuna.FrozenTrial{}, err
+	}
+	ts, err := loadTrials(tx, "t.trial_id = ?", trialID)
+	if err != nil {
+		return goptuna.FrozenTrial{}, err
+	}
+	if len(ts) == 0 {
+		return goptuna.FrozenTrial{}, goptuna.ErrInvalidTrialID
+	}
+	return ts[0], nil
+}
+
+// queueCopy adds a WAITING trial with old's parameters (system attr
+// AttrFixedParams, which goptuna's Suggest* use) and the given attributes.
+func queueCopy(tx *txn, old goptuna.FrozenTrial, sys, user map[string]string) (int, error) {
 	fixed, err := json.Marshal(old.InternalParams)
 	if err != nil {
 		return -1, err
 	}
-	retries, _ := strconv.Atoi(old.UserAttrs[AttrRetries])
 	id, err := newTrial(tx, old.StudyID, "WAITING", 0.0, nil, nil, nil)
 	if err != nil {
 		return -1, err
 	}
-	for _, a := range [][3]string{
-		{"system", AttrFixedParams, string(fixed)},
-		{"system", AttrRetryOf, strconv.Itoa(old.Number)},
-		{"user", AttrRetries, strconv.Itoa(retries + 1)},
-	} {
-		if err := setTrialAttr(tx, id, a[0], a[1], a[2]); err != nil {
-			return -1, err
+	if err := setTrialAttr(tx, id, "system", AttrFixedParams, string(fixed)); err != nil {
+		return -1, err
+	}
+	for _, kind := range []struct {
+		name  string
+		attrs map[string]string
+	}{{"system", sys}, {"user", user}} {
+		for _, k := range slices.Sorted(maps.Keys(kind.attrs)) {
+			if err := setTrialAttr(tx, id, kind.name, k, kind.attrs[k]); err != nil {
+				return -1, err
+			}
 		}
 	}
 	return id, nil

@@ -79,7 +79,7 @@ const twoParams = `params:
     type: categorical
     choices: [0.78, 0.80, 0.82, 0.84]
     flag: --mem-fraction-static
-budget: {trials: %d, sampler: random, seed: 3}
+budget: {trials: %d, sampler: random, seed: 3, confirm: 0}
 `
 
 func writeFile(t *testing.T, dir, name, body string) string {
@@ -256,7 +256,7 @@ func TestFailureClasses(t *testing.T) {
     type: categorical
     choices: [on]
     values: {on: %q}
-budget: {trials: 1, sampler: random}
+budget: {trials: 1, sampler: random, confirm: 0}
 `, c.flags)
 			if c.class == "bad_command" {
 				// The flag schema rejects unknown flags at load time; an

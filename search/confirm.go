@@ -1,0 +1,301 @@
+package search
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/sgtune/sgtune/storage"
+)
+
+// Winner is the config a study declares best, once its top configs were
+// measured again (interleaved) and compared on their pooled measurements.
+type Winner struct {
+	// Trial is the config's first trial (its number names it).
+	Trial int `json:"trial"`
+	// Pooled is the mean score over the config's runs; Spread the range
+	// (max - min) of those runs.
+	Pooled float64 `json:"pooled"`
+	Spread float64 `json:"spread"`
+	// Runs are the trials that measured the config, with their scores (0
+	// for a run that failed or missed the SLO).
+	Runs []Measurement `json:"runs"`
+	// TiedWith lists the other confirmed configs whose pooled score is
+	// within the spread of the winner's: no measured difference.
+	TiedWith []int `json:"tied_with,omitempty"`
+	// Flags is how many flags the config sets beyond the study's fixed
+	// ones: among tied configs, the simpler one wins.
+	Flags int `json:"flags"`
+	// Candidates are every confirmed config, best pooled first.
+	Candidates []Candidate `json:"candidates"`
+	// Reason says how the winner was chosen.
+	Reason string `json:"reason"`
+}
+
+// Measurement is one measurement of a confirmed config.
+type Measurement struct {
+	Trial int     `json:"trial"`
+	Score float64 `json:"score"`
+	OK    bool    `json:"ok"`
+}
+
+// Candidate is one confirmed config with its pooled measurements.
+type Candidate struct {
+	Trial  int           `json:"trial"`
+	Pooled float64       `json:"pooled"`
+	Spread float64       `json:"spread"`
+	Flags  int           `json:"flags"`
+	Runs   []Measurement `json:"runs"`
+}
+
+// declare picks the winner among confirmed configs: the best pooled score,
+// except that configs whose pooled score lies within the measured spread
+// of the best are a tie, and a tie goes to the config with the fewest
+// flags changed from the engine's defaults (vLLM's staged tuner does the
+// same within 1%).
+func declare(cands []Candidate) (Winner, bool) {
+	if len(cands) == 0 {
+		return Winner{}, false
+	}
+	cands = slices.Clone(cands)
+	slices.SortStableFunc(cands, func(a, b Candidate) int {
+		if a.Pooled != b.Pooled {
+			return cmpFloat(b.Pooled, a.Pooled)
+		}
+		return a.Trial - b.Trial
+	})
+	top := cands[0]
+	tied := []Candidate{top}
+	for _, c := range cands[1:] {
+		if top.Pooled-c.Pooled < math.Max(top.Spread, c.Spread) {
+			tied = append(tied, c)
+		}
+	}
+	win := tied[0]
+	for _, c := range tied[1:] {
+		if c.Flags < win.Flags {
+			win = c
+		}
+	}
+	w := Winner{Trial: win.Trial, Pooled: win.Pooled, Spread: win.Spread, Runs: win.Runs, Flags: win.Flags, Candidates: cands}
+	for _, c := range tied {
+		if c.Trial != win.Trial {
+			w.TiedWith = append(w.TiedWith, c.Trial)
+		}
+	}
+	switch {
+	case len(tied) == 1 && len(cands) == 1:
+		w.Reason = fmt.Sprintf("the only confirmed config: pooled %.1f over %d runs (spread %.1f)", win.Pooled, len(win.Runs), win.Spread)
+	case len(tied) == 1:
+		w.Reason = fmt.Sprintf("best pooled score %.1f over %d runs; the next, trial %d's %.1f, is %.1f lower, more than either spread (%.1f, %.1f)",
+			win.Pooled, len(win.Runs), cands[1].Trial, cands[1].Pooled, win.Pooled-cands[1].Pooled, win.Spread, cands[1].Spread)
+	case win.Trial == top.Trial:
+		w.Reason = fmt.Sprintf("tie within the measured spread with trial(s) %s; trial %d has the best pooled score %.1f and is no more complex (%d flags)",
+			joinInts(w.TiedWith), win.Trial, win.Pooled, win.Flags)
+	default:
+		w.Reason = fmt.Sprintf("tie within the measured spread: trial %d's pooled %.1f vs trial %d's %.1f (spread %.1f); the simpler config wins (%d flags vs %d)",
+			top.Trial, top.Pooled, win.Trial, win.Pooled, math.Max(top.Spread, win.Spread), win.Flags, top.Flags)
+	}
+	return w, true
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ", ")
+}
+
+// runScore is what a run contributes to its config's pooled score: its
+// score when it met the SLO and gates, else 0 (a failed or missed rerun is
+// evidence against the config).
+func runScore(rec Record) Measurement {
+	r := Measurement{Trial: rec.Number}
+	if rec.State == StateComplete && rec.ScoreOK && rec.Score != nil {
+		r.Score, r.OK = *rec.Score, true
+	}
+	return r
+}
+
+// topConfigs are the best n complete configs measured by the search (not
+// by confirmation runs), by score.
+func topConfigs(recs []Record, n int) []Record {
+	var out []Record
+	seen := map[string]bool{}
+	cands := slices.Clone(recs)
+	slices.SortStableFunc(cands, func(a, b Record) int {
+		return cmpFloat(scoreOf(b), scoreOf(a))
+	})
+	for _, rec := range cands {
+		if len(out) == n {
+			break
+		}
+		if rec.State != StateComplete || !rec.ScoreOK || rec.ConfirmOf != nil || seen[rec.ConfigKey] {
+			continue
+		}
+		seen[rec.ConfigKey] = true
+		out = append(out, rec)
+	}
+	return out
+}
+
+func scoreOf(r Record) float64 {
+	if r.Score == nil || !r.ScoreOK || r.State != StateComplete {
+		return math.Inf(-1)
+	}
+	return *r.Score
+}
+
+// flagCount is how many engine flags a trial's config sets beyond the
+// study's fixed ones and the model's: the settings it changes from the
+// engine's defaults.
+func (r *runner) flagCount(rec Record) int {
+	n := 0
+	for _, f := range rec.Flags() {
+		if strings.HasPrefix(f, "-") && (len(f) < 2 || f[1] < '0' || f[1] > '9') {
+			n++
+		}
+	}
+	base := len(r.st.Fixed) + 1 // the fixed flags and the model flag
+	if r.st.ServedModelName != "" {
+		base++
+	}
+	return max(n-base, 0)
+}
+
+// confirm measures the top configs again, interleaved, and declares the
+// winner on the pooled measurements. It queues what is still missing (a
+// resumed study completes an interrupted confirmation) and runs the queue
+// on the run's GPU groups; confirmation runs do not use the budget.
+func (r *runner) confirm(ctx context.Context, groups [][]int) error {
+	k, rounds := r.st.Budget.Confirm, max(r.st.Budget.ConfirmRounds, 1)
+	recs, err := Records(r.store, r.st.Name)
+	if err != nil {
+		return err
+	}
+	top := topConfigs(recs, k)
+	if len(top) == 0 {
+		return nil
+	}
+	have := map[int]int{} // original trial number -> confirmation runs done or queued
+	for _, rec := range recs {
+		if rec.ConfirmOf != nil && rec.State != StateInterrupted {
+			have[*rec.ConfirmOf]++
+		}
+	}
+	queued := 0
+	for round := 1; round <= rounds; round++ {
+		for _, rec := range top {
+			if have[rec.Number] >= round {
+				continue
+			}
+			if _, err := r.store.QueueCopy(rec.ID, map[string]string{storage.AttrConfirmOf: strconv.Itoa(rec.Number)}); err != nil {
+				return fmt.Errorf("queue a confirmation run of trial %d: %w", rec.Number, err)
+			}
+			have[rec.Number]++
+			queued++
+		}
+	}
+	if queued > 0 {
+		nums := make([]int, len(top))
+		for i, rec := range top {
+			nums[i] = rec.Number
+		}
+		r.emit(Event{Kind: EventConfirming, Trial: -1, Phase: "confirming",
+			Text: fmt.Sprintf("confirming the top %d config(s) (trials %s): %d more run(s), interleaved", len(top), joinInts(nums), queued)})
+	}
+	r.confirming = true
+	var wg sync.WaitGroup
+	errs := make([]error, len(groups))
+	for i, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.worker(ctx, g)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil || ctx.Err() != nil {
+		return err
+	}
+	return r.declareWinner(top)
+}
+
+// declareWinner pools each confirmed config's runs and stores the winner.
+func (r *runner) declareWinner(top []Record) error {
+	recs, err := Records(r.store, r.st.Name)
+	if err != nil {
+		return err
+	}
+	var cands []Candidate
+	for _, orig := range top {
+		c := Candidate{Trial: orig.Number, Flags: r.flagCount(orig), Runs: []Measurement{runScore(orig)}}
+		for _, rec := range recs {
+			if rec.ConfirmOf != nil && *rec.ConfirmOf == orig.Number &&
+				(rec.State == StateComplete || rec.State == StateFailed || rec.State == StatePruned) {
+				c.Runs = append(c.Runs, runScore(rec))
+			}
+		}
+		lo, hi, sum := math.Inf(1), math.Inf(-1), 0.0
+		for _, run := range c.Runs {
+			lo, hi, sum = math.Min(lo, run.Score), math.Max(hi, run.Score), sum+run.Score
+		}
+		c.Pooled, c.Spread = sum/float64(len(c.Runs)), hi-lo
+		cands = append(cands, c)
+	}
+	w, ok := declare(cands)
+	if !ok {
+		return nil
+	}
+	js, err := json.Marshal(w)
+	if err != nil {
+		return err
+	}
+	if err := r.store.SetStudySystemAttr(r.study.ID, storage.AttrWinner, string(js)); err != nil {
+		return fmt.Errorf("store the winner: %w", err)
+	}
+	r.emit(Event{Kind: EventNote, Trial: -1, Text: fmt.Sprintf("winner: trial %d: %s", w.Trial, w.Reason)})
+	return nil
+}
+
+// ReadWinner returns the winner a study declared (ok false when it has not
+// declared one yet).
+func ReadWinner(st StudyStore, study string) (Winner, bool, error) {
+	id, err := st.GetStudyIDFromName(study)
+	if errors.Is(err, storage.ErrStudyNotFound) {
+		return Winner{}, false, fmt.Errorf("%w %q", ErrNoStudy, study)
+	}
+	if err != nil {
+		return Winner{}, false, err
+	}
+	attrs, err := st.GetStudySystemAttrs(id)
+	if err != nil {
+		return Winner{}, false, err
+	}
+	js, ok := attrs[storage.AttrWinner]
+	if !ok {
+		return Winner{}, false, nil
+	}
+	var w Winner
+	if err := json.Unmarshal([]byte(js), &w); err != nil {
+		return Winner{}, false, fmt.Errorf("study %q: stored winner: %w", study, err)
+	}
+	return w, true, nil
+}

@@ -1,0 +1,79 @@
+package search
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/sgtune/sgtune/objective"
+	"github.com/sgtune/sgtune/space"
+)
+
+// levelRef is a complete trial's median output tok/s at one level.
+type levelRef struct {
+	number int
+	tokS   float64
+}
+
+// pruneReason decides whether a trial stops after a cheap level (multi-
+// fidelity): its median tok/s at the level against the complete trials'
+// at the same level. "" lets it go on. The fraction rule prunes below a
+// fraction of the best; the median rule (successive halving's) below the
+// median. Nothing is pruned before rule.MinComplete trials measured the
+// level.
+func pruneReason(rule space.Prune, conc int, mine float64, refs []levelRef) string {
+	if rule.Rule == "off" || len(refs) < max(rule.MinComplete, 1) {
+		return ""
+	}
+	switch rule.Rule {
+	case "median":
+		vals := make([]float64, len(refs))
+		for i, r := range refs {
+			vals[i] = r.tokS
+		}
+		slices.Sort(vals)
+		med := vals[len(vals)/2]
+		if len(vals)%2 == 0 {
+			med = (vals[len(vals)/2-1] + vals[len(vals)/2]) / 2
+		}
+		if mine < med {
+			return fmt.Sprintf("C%d: %.1f tok/s < the median %.1f of %d complete trials at that level (budget.prune: median)",
+				conc, mine, med, len(refs))
+		}
+	default:
+		best := refs[0]
+		for _, r := range refs[1:] {
+			if r.tokS > best.tokS {
+				best = r
+			}
+		}
+		if mine < rule.Fraction*best.tokS {
+			return fmt.Sprintf("C%d: %.1f tok/s < %.2f x %.1f, trial %d's at that level (budget.prune: fraction %.2f)",
+				conc, mine, rule.Fraction, best.tokS, best.number, rule.Fraction)
+		}
+	}
+	return ""
+}
+
+// levelRefs are the complete trials (meeting the SLO) that measured level
+// conc, with their median tok/s there.
+func levelRefs(recs []Record, conc int) []levelRef {
+	var out []levelRef
+	for _, rec := range recs {
+		if rec.State != StateComplete || !rec.ScoreOK {
+			continue
+		}
+		if m, ok := rec.Medians()[conc]; ok && m.OutputTokS > 0 {
+			out = append(out, levelRef{rec.Number, m.OutputTokS})
+		}
+	}
+	return out
+}
+
+// levelTokS is the median output tok/s of a level's points.
+func levelTokS(pts []objective.Point) float64 {
+	m := objective.Medians(pts)
+	for _, v := range m {
+		return v.OutputTokS
+	}
+	return 0
+}
