@@ -126,6 +126,7 @@ script.`,
 		a.reportCmd(),
 		a.checkCmd(),
 		a.benchCmd(),
+		a.rescoreCmd(),
 	)
 	return root
 }
