@@ -75,42 +75,6 @@ func pickStudy(store *storage.Store, want string) (string, error) {
 	return "", badInput(fmt.Errorf("the storage holds several studies; pick one with --study (%s)", strings.Join(names, ", ")))
 }
 
-func (a *app) statusCmd() *cobra.Command {
-	var sf studyFlags
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "status",
-		Short: "List every trial of a study: state, score, failure reason and params",
-		Args:  exactArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			name, recs, err := sf.records()
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(a.stdout, struct {
-					Study  string          `json:"study"`
-					Trials []search.Record `json:"trials"`
-				}{name, recs})
-			}
-			fmt.Fprintf(a.stdout, "study %s: %d trials\n", name, len(recs))
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "#\tSTATE\tSCORE\tDETAIL\tPARAMS")
-			for _, r := range recs {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.Number, r.State, scoreText(r), detail(r), space.Params(r.Params).String())
-			}
-			tw.Flush()
-			if b, ok := search.Best(recs); ok {
-				fmt.Fprintf(a.stdout, "best: trial %d (score %.2f)\n", b.Number, *b.Score)
-			}
-			return nil
-		},
-	}
-	sf.register(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the trials as JSON")
-	return cmd
-}
-
 func (a *app) bestCmd() *cobra.Command {
 	var sf studyFlags
 	var asJSON bool
@@ -289,17 +253,6 @@ func writeExecutable(path string, b []byte) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
-}
-
-func scoreText(r search.Record) string {
-	if r.Score == nil {
-		return "-"
-	}
-	s := fmt.Sprintf("%.1f", *r.Score)
-	if !r.ScoreOK {
-		s += " (SLO miss)"
-	}
-	return s
 }
 
 func detail(r search.Record) string {
