@@ -294,7 +294,7 @@ func legendRoom(p *plot.Plot, entries int) {
 	if r <= 0 {
 		r = math.Max(math.Abs(p.Y.Max), 1)
 	}
-	p.Y.Max += r * (0.08 + 0.07*float64(entries))
+	p.Y.Max += r * (0.12 + 0.10*float64(entries))
 }
 
 // pad widens an axis by frac of its range on both sides (labels need room).

@@ -72,6 +72,9 @@ type Study struct {
 	// ScoreConcurrency is the level the score reads (0: unknown; the plots
 	// then use each trial's highest measured level).
 	ScoreConcurrency int
+	// ScoreContext is the matrix row the score reads (0: the smallest
+	// context with a measured decode cell).
+	ScoreContext int
 	// Confirmations are the winner's and runners-up's reruns, best first.
 	Confirmations []Confirmation
 	// Generated is printed in the page when set; tests leave it zero so

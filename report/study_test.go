@@ -225,6 +225,8 @@ func TestMatrixTable(t *testing.T) {
 		"| context | prefill | 1 | 2 | 4 |",
 		"| 8K | 9,232 prompt tok/s (888 ms TTFT) | 190.7 tok/s (122 ms TTFT) | 267.4 tok/s (178 ms TTFT) | Not run |",
 		"| 1019K | 8,387 prompt tok/s (122.20 s TTFT) | 154.5 tok/s (2.35 s TTFT) | 224.9 tok/s (Requests queued · 4.75 s TTFT) | Over capacity |",
+		// The scored row (smallest context) gives the throughput plot.
+		"![Output tok/s by concurrency for the top trials](throughput.svg)",
 	} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q:\n%s", want, md)
@@ -265,13 +267,7 @@ func TestWriteReportEmpty(t *testing.T) {
 // scripts/report-check.sh and checks that the check fails on a broken page.
 // CI installs chromium; without it the test is skipped.
 func TestReportInChromium(t *testing.T) {
-	found := false
-	for _, c := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if _, err := exec.LookPath(c); err == nil {
-			found = true
-		}
-	}
-	if !found {
+	if chromium() == "" {
 		t.Skip("chromium not on PATH (Debian: apt-get install -y chromium)")
 	}
 	script, err := filepath.Abs(filepath.Join("..", "scripts", "report-check.sh"))
@@ -305,6 +301,64 @@ func TestReportInChromium(t *testing.T) {
 	for _, want := range []string{"console errors", "undefinedFunction", "missing file: missing.svg"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("report-check output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// chromium returns the browser's path, "" when none is installed.
+func chromium() string {
+	for _, c := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(c); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+var rowRE = regexp.MustCompile(`<tr(?: class="best")?><td class="num" data-v="(\d+)">`)
+
+// TestTableSortsInChromium clicks the score header in a real browser and
+// reads the row order back from the DOM.
+func TestTableSortsInChromium(t *testing.T) {
+	browser := chromium()
+	if browser == "" {
+		t.Skip("chromium not on PATH (Debian: apt-get install -y chromium)")
+	}
+	dir := t.TempDir()
+	if err := WriteReport(dir, fixture()); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		clicks int
+		want   string
+	}{
+		{0, "0 1 2 3 4 5"},
+		{1, "0 5 3 4 1 2"}, // ascending; trials without a score last
+		{2, "4 3 5 0 1 2"}, // descending; still last
+	} {
+		click := strings.Repeat(`document.querySelectorAll("#trials th")[2].click();`, tt.clicks)
+		probe := strings.Replace(string(page), "</body>", "<script>"+click+"</script></body>", 1)
+		path := filepath.Join(dir, "probe.html")
+		if err := os.WriteFile(path, []byte(probe), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+			"--disable-background-networking", "--disable-component-update", "--disable-sync",
+			"--user-data-dir="+t.TempDir(), "--dump-dom", "file://"+path)
+		dom, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("chromium --dump-dom: %v", err)
+		}
+		var order []string
+		for _, m := range rowRE.FindAllStringSubmatch(string(dom), -1) {
+			order = append(order, m[1])
+		}
+		if got := strings.Join(order, " "); got != tt.want {
+			t.Errorf("after %d clicks on score: rows %q, want %q", tt.clicks, got, tt.want)
 		}
 	}
 }

@@ -84,6 +84,21 @@ type plotSpec struct {
 }
 
 func buildView(st Study) *view {
+	// Matrix trials have no chat medians: their levels are the decode
+	// cells of the scored context.
+	st.Trials = append([]Trial(nil), st.Trials...)
+	for i := range st.Trials {
+		if len(st.Trials[i].Levels) == 0 {
+			st.Trials[i].Levels = matrixLevels(st.Trials[i].Points, st.ScoreContext)
+		}
+	}
+	if st.Best != nil {
+		b := *st.Best
+		if len(b.Levels) == 0 {
+			b.Levels = matrixLevels(b.Points, st.ScoreContext)
+		}
+		st.Best = &b
+	}
 	v := &view{St: st}
 	counts := map[string]int{}
 	var first, last time.Time
@@ -479,7 +494,7 @@ func cellOf(cells map[[2]int]objective.Point, ctx, c int) matrixCell {
 	}
 	switch p.Status {
 	case objective.StatusValid, objective.StatusQueued:
-		cell := matrixCell{Kind: statusKind(p.Status), Text: strconv.FormatFloat(p.OutputTokS, 'f', 1, 64) + " tok/s",
+		cell := matrixCell{Kind: statusKind(p.Status), Text: toks(p.OutputTokS) + " tok/s",
 			Detail: secs(p.TTFT.P50) + " TTFT"}
 		if p.Status == objective.StatusQueued {
 			cell.Detail = "Requests queued · " + cell.Detail
@@ -530,4 +545,51 @@ func tokensLabel(n int) string {
 		return strconv.Itoa((n+512)/1024) + "K"
 	}
 	return strconv.Itoa(n)
+}
+
+// matrixLevels turns the decode cells of one context (0: the smallest with
+// a measured cell) into levels, medians over repeats; cells not run or over
+// capacity are left out.
+func matrixLevels(pts []objective.Point, ctx int) []Level {
+	measured := func(p objective.Point) bool {
+		return p.Phase == objective.PhaseDecode && (p.Status == objective.StatusValid || p.Status == objective.StatusQueued)
+	}
+	if ctx == 0 {
+		for _, p := range pts {
+			if measured(p) && (ctx == 0 || p.Context < ctx) {
+				ctx = p.Context
+			}
+		}
+	}
+	by := map[int][]objective.Point{}
+	for _, p := range pts {
+		if measured(p) && p.Context == ctx {
+			by[p.Concurrency] = append(by[p.Concurrency], p)
+		}
+	}
+	med := func(ps []objective.Point, f func(objective.Point) float64) float64 {
+		xs := make([]float64, len(ps))
+		for i, p := range ps {
+			xs[i] = f(p)
+		}
+		sort.Float64s(xs)
+		return objective.Percentile(xs, 50)
+	}
+	var out []Level
+	for c, ps := range by {
+		out = append(out, Level{Concurrency: c, Repeats: len(ps),
+			OutputTokS: med(ps, func(p objective.Point) float64 { return p.OutputTokS }),
+			TTFTP50:    med(ps, func(p objective.Point) float64 { return p.TTFT.P50 }),
+			TTFTP99:    med(ps, func(p objective.Point) float64 { return p.TTFT.P99 }),
+			LatencyP99: med(ps, func(p objective.Point) float64 { return p.Latency.P99 })})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Concurrency < out[j].Concurrency })
+	return out
+}
+
+// toks prints a throughput with thousands separators and one decimal.
+func toks(x float64) string {
+	s := strconv.FormatFloat(x, 'f', 1, 64)
+	i := strings.IndexByte(s, '.')
+	return group(s[:i]) + s[i:]
 }

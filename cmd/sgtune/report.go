@@ -62,6 +62,7 @@ func (d *studyData) reportStudy(storagePath string) (report.Study, error) {
 		ScoreConcurrency: d.scoredConcurrency(), Confirmations: d.confirmations()}
 	if s, ok := d.scoreSpec(); ok {
 		st.Score = specText(s)
+		st.ScoreContext = s.Context
 	}
 	points, err := d.store.StudyPoints(d.id)
 	if err != nil {
