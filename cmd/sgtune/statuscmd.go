@@ -196,7 +196,8 @@ func (a *app) watchStatus(ctx context.Context, sf studyFlags, interval time.Dura
 	for {
 		d, err := readStudy(store, sf.study)
 		switch {
-		case err != nil && errors.As(err, new(usageError)):
+		case err != nil && lastCount < 0:
+			// The first read decides: no such study is bad input.
 			return err
 		case err != nil:
 			// A busy database or a transient read error: try again, but
