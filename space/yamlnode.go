@@ -1,6 +1,8 @@
 package space
 
 import (
+	"github.com/sgtune/sgtune/engine"
+
 	"fmt"
 	"math"
 	"regexp"
@@ -144,7 +146,7 @@ func (d *dec) mapping(n *yaml.Node, path string, allowed ...string) *mapNode {
 		if !contains(allowed, key) {
 			sorted := append([]string(nil), allowed...)
 			sort.Strings(sorted)
-			d.fail(k, join(path, key), "unknown field (did you mean %s?); valid: %s", closest(key, allowed), strings.Join(sorted, ", "))
+			d.fail(k, join(path, key), "unknown field (did you mean %s?); valid: %s", engine.Nearest(key, allowed), strings.Join(sorted, ", "))
 			continue
 		}
 		if _, dup := m.vals[key]; dup {
