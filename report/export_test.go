@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sgtune/sgtune/space"
+	"github.com/sgtune/sgtune/engine"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -205,7 +205,7 @@ func TestExportShellcheck(t *testing.T) {
 }
 
 func TestCheckFlags(t *testing.T) {
-	schema, _, err := space.BundledSchema(space.DefaultSchemaVersion)
+	schema, _, err := engine.SGLang.Schema("v0.5.21")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,15 +4,15 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/sgtune/sgtune/space"
+	"github.com/sgtune/sgtune/engine"
 )
 
 // FlagError says which exported flag the engine's flag schema rejects.
 type FlagError struct {
-	Flag    string // as written, e.g. --ep-sise
+	Flag    string // the unknown flag as written, e.g. --ep-sise; "" for a bad value
 	Closest string // nearest valid flag for an unknown one, else ""
 	Schema  string // where the schema came from
-	Err     error  // what is wrong with the flag or its value
+	Err     error  // what the engine's argument parser would say
 }
 
 // Error implements error.
@@ -20,7 +20,7 @@ func (e *FlagError) Error() string {
 	if e.Closest != "" {
 		return fmt.Sprintf("flag %s is not in the flag schema (%s); closest valid flag: %s", e.Flag, e.Schema, e.Closest)
 	}
-	return fmt.Sprintf("flag %s: %v (flag schema %s)", e.Flag, e.Err, e.Schema)
+	return fmt.Sprintf("%v (flag schema %s)", e.Err, e.Schema)
 }
 
 // Unwrap returns the underlying problem.
@@ -28,44 +28,23 @@ func (e *FlagError) Unwrap() error { return e.Err }
 
 // CheckFlags validates every flag and value of an exported command line
 // against the engine's flag schema, the way the engine's argument parser
-// would read them: names and aliases, --flag=value, switches without a
-// value, nargs "+" lists, types, choices and bounds.
-func CheckFlags(s *space.FlagSchema, flags []string) error {
-	for i := 0; i < len(flags); i++ {
-		tok := flags[i]
-		name, inline, hasInline := strings.Cut(tok, "=")
-		if !strings.HasPrefix(name, "--") {
-			return &FlagError{Flag: tok, Schema: s.Source, Err: fmt.Errorf("%q is not a flag; engine flags start with --", tok)}
-		}
-		spec, ok := s.Lookup(name)
-		if !ok {
-			return &FlagError{Flag: name, Closest: s.Closest(name), Schema: s.Source, Err: fmt.Errorf("unknown flag %s", name)}
-		}
-		var values []string
-		switch {
-		case spec.Type == "bool":
-			if hasInline {
-				return &FlagError{Flag: name, Schema: s.Source, Err: fmt.Errorf("a switch takes no value (got %q)", inline)}
-			}
-		case hasInline:
-			values = []string{inline}
-		default:
-			for i+1 < len(flags) && !strings.HasPrefix(flags[i+1], "--") {
-				i++
-				values = append(values, flags[i])
-				if spec.Nargs != "+" {
-					break
-				}
-			}
-			if len(values) == 0 {
-				return &FlagError{Flag: name, Schema: s.Source, Err: fmt.Errorf("needs a value (%s)", spec.Type)}
-			}
-		}
-		for _, v := range values {
-			if err := spec.ValidateValue(v); err != nil {
-				return &FlagError{Flag: name, Schema: s.Source, Err: err}
+// reads them (engine.FlagSchema.ParseArgv: names and aliases, --flag=value,
+// switches, nargs lists, types, choices and bounds). An unknown flag comes
+// back with the closest valid one.
+func CheckFlags(s *engine.FlagSchema, flags []string) error {
+	_, err := s.ParseArgv(flags)
+	if err == nil {
+		return nil
+	}
+	fe := &FlagError{Schema: s.Source, Err: err}
+	for _, tok := range flags {
+		name, _, _ := strings.Cut(tok, "=")
+		if strings.HasPrefix(name, "--") && len(name) > 2 {
+			if _, ok := s.Lookup(name); !ok {
+				fe.Flag, fe.Closest = name, s.Closest(name)
+				break
 			}
 		}
 	}
-	return nil
+	return fe
 }

@@ -26,7 +26,7 @@ func setFlags(t *testing.T, db string, flags string) {
 
 func TestExportHeaderAndShellcheck(t *testing.T) {
 	dir := t.TempDir()
-	db := seedStudy(t, dir, rankingTrials, map[string]string{attrModelRevision: "4f3a9c1e"})
+	db := seedStudy(t, dir, rankingTrials, map[string]string{storage.AttrModelRevision: "4f3a9c1e"})
 	t.Setenv("SOURCE_DATE_EPOCH", "1796040000") // 2026-11-30
 	script := filepath.Join(dir, "best.sh")
 	code, out := cli(t, nil, nil, "export", "--storage", db, "-o", script)

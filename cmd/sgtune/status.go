@@ -188,10 +188,7 @@ at the scored level, engine version, model revision (when stored) and date.`,
 			if err := report.CheckFlags(schema, rec.Flags()); err != nil {
 				return badInput(fmt.Errorf("export: trial %d: %w; nothing written", rec.Number, err))
 			}
-			rev, err := d.modelRevision(rec)
-			if err != nil {
-				return err
-			}
+			rev := d.modelRevision(rec)
 			l := report.Launch{
 				Study: d.name, Trial: rec.Number, Command: rec.Engine, Flags: rec.Flags(),
 				Env: rec.Env(), GPUs: rec.GPUs, Params: rec.Params, Version: rec.Version,

@@ -5,28 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/objective"
 	"github.com/sgtune/sgtune/report"
 	"github.com/sgtune/sgtune/search"
-	"github.com/sgtune/sgtune/space"
 	"github.com/sgtune/sgtune/storage"
 )
 
 // Study user attributes the reading commands use when the run stored them;
 // each is optional and the output leaves out what it cannot show.
 const (
-	attrScoreSpec     = "sgtune.score_spec"     // JSON objective.ScoreSpec
-	attrBudget        = "sgtune.budget_trials"  // launches the study may use
-	attrConfirmation  = "sgtune.confirmation"   // JSON []report.Confirmation
-	attrModelRevision = "sgtune.model_revision" // trial or study: model commit served
-	attrEngineName    = "sgtune.engine_name"    // sglang | vllm | llamacpp
-	attrFlagsSchema   = "sgtune.flags_schema"   // path of the study's own flag schema
+	attrScoreSpec    = "sgtune.score_spec"    // JSON objective.ScoreSpec
+	attrBudget       = "sgtune.budget_trials" // launches the study may use
+	attrConfirmation = "sgtune.confirmation"  // JSON []report.Confirmation
+	attrFlagsSchema  = "sgtune.flags_schema"  // path of the study's own flag schema
 )
 
 // studyData is one study as the reading commands see it. The caller closes store.
@@ -156,17 +153,13 @@ func (d *studyData) confirmations() []report.Confirmation {
 	return cs
 }
 
-// modelRevision returns the model revision a trial served: its own user
+// modelRevision returns the model revision a trial served: its own
 // attribute, else the study's, else "".
-func (d *studyData) modelRevision(r search.Record) (string, error) {
-	ua, err := d.store.GetTrialUserAttrs(r.ID)
-	if err != nil {
-		return "", fmt.Errorf("read attributes of trial %d: %w", r.Number, err)
+func (d *studyData) modelRevision(r search.Record) string {
+	if r.ModelRev != "" {
+		return r.ModelRev
 	}
-	if v := ua[attrModelRevision]; v != "" {
-		return v, nil
-	}
-	return d.attrs[attrModelRevision], nil
+	return d.attrs[storage.AttrModelRevision]
 }
 
 // levels returns a record's stored medians as report levels, ascending.
@@ -204,40 +197,35 @@ func figuresAt(r search.Record, conc int) *report.Figures {
 	return &report.Figures{Concurrency: l.Concurrency, OutputTokS: l.OutputTokS, TTFTP99: l.TTFTP99}
 }
 
-var versionRE = regexp.MustCompile(`v?(\d+\.\d+\.\d+)`)
-
 // flagSchema returns the schema an export is checked against: file when
 // given, else the study's own schema file when the run stored its path,
-// else the bundled schema of the trial's engine version (or the default
-// one, with a note on warn).
-func (d *studyData) flagSchema(r search.Record, file string, warn io.Writer) (*space.FlagSchema, error) {
+// else the bundled schema of the trial's engine and version (or the
+// engine's default version, with a note on warn).
+func (d *studyData) flagSchema(r search.Record, file string, warn io.Writer) (*engine.FlagSchema, error) {
 	if file == "" {
 		file = d.attrs[attrFlagsSchema]
 	}
 	if file != "" {
-		data, err := os.ReadFile(file)
+		s, err := engine.LoadSchemaFile(file)
 		if err != nil {
 			return nil, badInput(fmt.Errorf("--flags-schema: %w", err))
 		}
-		s, err := space.ParseFlagSchema(data, file)
-		if err != nil {
-			return nil, badInput(err)
-		}
 		return s, nil
 	}
-	if e := d.attrs[attrEngineName]; e != "" && e != "sglang" {
-		return nil, badInput(fmt.Errorf("no bundled flag schema for engine %s; pass --flags-schema FILE", e))
+	name := r.EngineName
+	if name == "" {
+		name = engine.SGLang.Name
 	}
-	version := space.DefaultSchemaVersion
-	if m := versionRE.FindStringSubmatch(r.Version); m != nil {
-		version = "v" + m[1]
+	e, err := engine.Lookup(name)
+	if err != nil {
+		return nil, badInput(fmt.Errorf("trial %d: %w; pass --flags-schema FILE", r.Number, err))
 	}
-	s, ok, err := space.BundledSchema(version)
+	s, ok, err := e.Schema(r.Version)
 	if err != nil {
 		return nil, fmt.Errorf("flag schema: %w", err)
 	}
 	if !ok {
-		fmt.Fprintf(warn, "note: no bundled flag schema for engine version %q; checking flags against %s\n", r.Version, s.Source)
+		fmt.Fprintf(warn, "note: no bundled flag schema for %s version %q; checking flags against %s\n", e.Name, r.Version, s.Source)
 	}
 	return s, nil
 }
