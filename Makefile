@@ -9,7 +9,7 @@ export GOFLAGS := $(if $(SQLITE_TAG),-tags=$(SQLITE_TAG)) -buildvcs=false
 # The study files name their engines as commands on PATH (sglang-sim here).
 export PATH := $(CURDIR)/bin:$(PATH)
 
-.PHONY: all build test demo lint soak calibrate bench-loadgen clean
+.PHONY: all build test demo lint soak calibrate bench-loadgen clean report-check export-check
 
 all: build
 
@@ -27,6 +27,25 @@ demo: build
 	bin/sgtune export --storage sgtune.db --format bash -o best-launch.sh
 	bash -n best-launch.sh
 	@echo "demo: trials in sgtune.db (sgtune status), winner in best-launch.sh"
+
+# The demo study's report rendered in headless Chromium (Debian: chromium):
+# fails on console errors, missing plots or network references; the
+# screenshot lands in out/report/screenshot.png. Runs the demo if needed.
+report-check: build
+	@test -f sgtune.db || $(MAKE) demo
+	bin/sgtune report --storage sgtune.db -o out/report
+	scripts/report-check.sh out/report out/report/screenshot.png
+
+# The demo winner's bash and docker scripts through bash -n and shellcheck
+# (Debian: shellcheck), every severity.
+export-check: build
+	@test -f sgtune.db || $(MAKE) demo
+	mkdir -p out
+	bin/sgtune export --storage sgtune.db --format bash -o out/best-launch.sh
+	bin/sgtune export --storage sgtune.db --format docker -o out/best-launch-docker.sh
+	bash -n out/best-launch.sh
+	bash -n out/best-launch-docker.sh
+	shellcheck --severity=style out/best-launch.sh out/best-launch-docker.sh scripts/report-check.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -48,4 +67,4 @@ bench-loadgen:
 	$(GO) run ./cmd/bench-loadgen
 
 clean:
-	rm -rf bin sgtune.db sgtune.db-* best-launch.sh sgtune-logs
+	rm -rf bin sgtune.db sgtune.db-* best-launch.sh sgtune-logs out

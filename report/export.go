@@ -6,30 +6,63 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
 )
 
+// DefaultAPIKeyEnv is the environment variable an exported script reads the
+// server's API key from at run time.
+const DefaultAPIKeyEnv = "SGTUNE_API_KEY"
+
 // Launch is what an export needs to know about one trial.
 type Launch struct {
-	Study   string
-	Trial   int
-	Score   float64
-	Command []string          // engine command, e.g. python3 -m sglang.launch_server
-	Flags   []string          // engine flags, --model-path first
-	Env     map[string]string // extra environment
-	GPUs    string            // CUDA_VISIBLE_DEVICES, "" for unset
-	Version string            // engine version or image digest the study pinned
-	Params  map[string]interface{}
+	Study       string
+	Trial       int
+	Score       float64
+	ScoreReason string            // how the score was read, e.g. "... at c=64"
+	Command     []string          // engine command, e.g. python3 -m sglang.launch_server
+	Flags       []string          // engine flags, --model-path first
+	Env         map[string]string // extra environment
+	GPUs        string            // CUDA_VISIBLE_DEVICES, "" for unset
+	Version     string            // engine version or image digest the study pinned
+	Params      map[string]interface{}
+	// Measured are the key figures at the scored level; nil when the
+	// trial has no measurement there.
+	Measured *Figures
+	// ModelRevision is the model revision (commit) the trial served, ""
+	// when the storage does not record it.
+	ModelRevision string
+	// APIKeyEnv names the variable the script reads the API key from
+	// (DefaultAPIKeyEnv when empty). The key itself is never written.
+	APIKeyEnv string
+	// Created is the export's date; the CLI sets it, tests fix it.
 	Created time.Time
 }
+
+// Figures are the measurements an export header quotes.
+type Figures struct {
+	Concurrency int     `json:"concurrency"`
+	OutputTokS  float64 `json:"output_tok_s"`
+	TTFTP99     float64 `json:"ttft_p99_s"`
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Formats lists the export formats.
 var Formats = []string{"bash", "docker", "json"}
 
-// Write renders l in format to w.
+// Write renders l in format to w. An --api-key in the flags is left out:
+// the script passes the key from l.APIKeyEnv at run time instead.
 func Write(w io.Writer, format string, l Launch) error {
+	if l.APIKeyEnv == "" {
+		l.APIKeyEnv = DefaultAPIKeyEnv
+	}
+	if !envName.MatchString(l.APIKeyEnv) {
+		return fmt.Errorf("API key variable %q: want a shell variable name such as %s", l.APIKeyEnv, DefaultAPIKeyEnv)
+	}
+	l.Flags = withoutAPIKey(l.Flags)
 	switch format {
 	case "bash":
 		return bash(w, l)
@@ -39,39 +72,110 @@ func Write(w io.Writer, format string, l Launch) error {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
-			Study   string                 `json:"study"`
-			Trial   int                    `json:"trial"`
-			Score   float64                `json:"score"`
-			Command []string               `json:"command"`
-			Flags   []string               `json:"flags"`
-			Env     map[string]string      `json:"env,omitempty"`
-			GPUs    string                 `json:"cuda_visible_devices,omitempty"`
-			Version string                 `json:"engine_version,omitempty"`
-			Params  map[string]interface{} `json:"params"`
-		}{l.Study, l.Trial, l.Score, l.Command, l.Flags, l.Env, l.GPUs, l.Version, l.Params})
+			Study         string                 `json:"study"`
+			Trial         int                    `json:"trial"`
+			Score         float64                `json:"score"`
+			ScoreReason   string                 `json:"score_reason,omitempty"`
+			Measured      *Figures               `json:"measured,omitempty"`
+			Version       string                 `json:"engine_version,omitempty"`
+			ModelRevision string                 `json:"model_revision,omitempty"`
+			Date          string                 `json:"date,omitempty"`
+			APIKeyEnv     string                 `json:"api_key_env"`
+			Command       []string               `json:"command"`
+			Flags         []string               `json:"flags"`
+			Env           map[string]string      `json:"env,omitempty"`
+			GPUs          string                 `json:"cuda_visible_devices,omitempty"`
+			Params        map[string]interface{} `json:"params"`
+		}{l.Study, l.Trial, l.Score, l.ScoreReason, l.Measured, l.Version, l.ModelRevision, date(l.Created),
+			l.APIKeyEnv, l.Command, l.Flags, l.Env, l.GPUs, l.Params})
 	}
 	return fmt.Errorf("unknown format %q (valid: %s)", format, strings.Join(Formats, ", "))
 }
 
+// withoutAPIKey drops --api-key and its value: a key must not be written
+// into a file that is shared and committed.
+func withoutAPIKey(flags []string) []string {
+	var out []string
+	for i := 0; i < len(flags); i++ {
+		if flags[i] == "--api-key" {
+			if i+1 < len(flags) && !strings.HasPrefix(flags[i+1], "--") {
+				i++
+			}
+			continue
+		}
+		if strings.HasPrefix(flags[i], "--api-key=") {
+			continue
+		}
+		out = append(out, flags[i])
+	}
+	return out
+}
+
+func date(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02")
+}
+
+// oneLine keeps a stored value from breaking out of a comment line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
 func header(w io.Writer, l Launch) {
-	fmt.Fprintf(w, "# Generated by sgtune from study %q, trial %d (score %.2f).\n", l.Study, l.Trial, l.Score)
-	if l.Version != "" {
-		fmt.Fprintf(w, "# Tuned against engine version %s.\n", l.Version)
+	fmt.Fprintln(w, "#!/usr/bin/env bash")
+	fmt.Fprintln(w, "# Launch script written by sgtune export.")
+	row := func(k, v string) { fmt.Fprintf(w, "#   %-15s %s\n", k+":", oneLine(v)) }
+	row("study", l.Study)
+	row("trial", fmt.Sprint(l.Trial))
+	score := fmt.Sprintf("%.2f", l.Score)
+	if l.ScoreReason != "" {
+		score += " (" + l.ScoreReason + ")"
+	}
+	row("score", score)
+	if m := l.Measured; m != nil {
+		row("measured", fmt.Sprintf("%.1f output tok/s at concurrency %d, TTFT p99 %.3f s", m.OutputTokS, m.Concurrency, m.TTFTP99))
+	}
+	version := l.Version
+	if version == "" {
+		version = "not pinned by the study"
+	}
+	row("engine version", version)
+	rev := l.ModelRevision
+	if rev == "" {
+		rev = "not recorded"
+	}
+	row("model revision", rev)
+	if d := date(l.Created); d != "" {
+		row("date", d)
 	}
 	keys := make([]string, 0, len(l.Params))
 	for k := range l.Params {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(w, "#   %s = %v\n", k, l.Params[k])
+	for i, k := range keys {
+		label := ""
+		if i == 0 {
+			label = "params:"
+		}
+		fmt.Fprintf(w, "#   %-15s %s = %s\n", label, oneLine(k), oneLine(fmt.Sprint(l.Params[k])))
 	}
 }
 
+// apiKey lets the engine require the key from the environment, read when
+// the script runs.
+func apiKey(w io.Writer, l Launch) {
+	fmt.Fprintf(w, "# When %s is set, the server requires that key from clients (--api-key).\n", l.APIKeyEnv)
+	fmt.Fprintf(w, "if [[ -n \"${%s:-}\" ]]; then\n", l.APIKeyEnv)
+	fmt.Fprintf(w, "  set -- --api-key \"$%s\" \"$@\"\n", l.APIKeyEnv)
+	fmt.Fprintln(w, "fi")
+}
+
 func bash(w io.Writer, l Launch) error {
-	fmt.Fprintln(w, "#!/usr/bin/env bash")
 	header(w, l)
-	fmt.Fprintln(w, "# Extra arguments (e.g. --host 0.0.0.0 --port 30000 --api-key ...) are passed through.")
+	fmt.Fprintln(w, "# Extra arguments (e.g. --host 0.0.0.0 --port 30000) are passed through to the engine.")
 	fmt.Fprintln(w, "set -euo pipefail")
 	if l.GPUs != "" {
 		// The trials numbered GPUs as nvidia-smi does.
@@ -81,6 +185,7 @@ func bash(w io.Writer, l Launch) error {
 	for _, k := range sortedKeys(l.Env) {
 		fmt.Fprintf(w, "export %s=%s\n", k, shellQuote(l.Env[k]))
 	}
+	apiKey(w, l)
 	fmt.Fprintf(w, "exec %s", joinQuoted(l.Command))
 	writeFlags(w, l.Flags)
 	fmt.Fprintln(w, " \\\n  \"$@\"")
@@ -88,8 +193,8 @@ func bash(w io.Writer, l Launch) error {
 }
 
 func docker(w io.Writer, l Launch) error {
-	fmt.Fprintln(w, "#!/usr/bin/env bash")
 	header(w, l)
+	fmt.Fprintln(w, "# Extra arguments (e.g. --port 30000) are passed through to the engine.")
 	fmt.Fprintln(w, "# IMAGE defaults to the study's pinned engine version when it names an image.")
 	fmt.Fprintln(w, "set -euo pipefail")
 	image := "lmsysorg/sglang:latest"
@@ -97,6 +202,7 @@ func docker(w io.Writer, l Launch) error {
 		image = l.Version
 	}
 	fmt.Fprintf(w, "IMAGE=${IMAGE:-%s}\n", shellQuote(image))
+	apiKey(w, l)
 	gpus := "all"
 	if l.GPUs != "" {
 		gpus = `'"device=` + l.GPUs + `"'`
@@ -161,6 +267,12 @@ func shellQuote(s string) string {
 	}
 	if safe {
 		return s
+	}
+	if strings.ContainsAny(s, "$`") {
+		// Double quotes with escapes: a literal $ inside single quotes
+		// reads as a mistake (shellcheck SC2016).
+		r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, `$`, `\$`, "`", "\\`")
+		return `"` + r.Replace(s) + `"`
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'"
 }

@@ -2,11 +2,16 @@ package report
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/sgtune/sgtune/engine"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -19,10 +24,14 @@ func sample() Launch {
 		Command: []string{"python3", "-m", "sglang.launch_server"},
 		Flags: []string{"--model-path", "zai-org/GLM-5.3-Flash", "--tp-size", "4", "--ep-size", "4",
 			"--disable-radix-cache", "--mem-fraction-static", "0.85", "--served-model-name", "it's a name"},
-		Env:     map[string]string{"SGLANG_ENABLE_SPEC_V2": "1"},
-		GPUs:    "0,1,2,3",
-		Version: "lmsysorg/sglang@sha256:b1259f3e",
-		Params:  map[string]interface{}{"ep": "4", "radix_cache": "false", "mem_fraction": 0.85},
+		Env:           map[string]string{"SGLANG_ENABLE_SPEC_V2": "1"},
+		GPUs:          "0,1,2,3",
+		Version:       "lmsysorg/sglang@sha256:b1259f3e",
+		Params:        map[string]interface{}{"ep": "4", "radix_cache": "false", "mem_fraction": 0.85},
+		ScoreReason:   "1865.9 output tok/s at c=64 (median of 3)",
+		Measured:      &Figures{Concurrency: 64, OutputTokS: 1865.93, TTFTP99: 2.61},
+		ModelRevision: "4f3a9c1e",
+		Created:       time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
 	}
 }
 
@@ -72,7 +81,9 @@ func TestBashScriptRuns(t *testing.T) {
 	if out, err := exec.Command("bash", "-n", script).CombinedOutput(); err != nil {
 		t.Fatalf("bash -n: %v\n%s", err, out)
 	}
-	out, err := exec.Command("bash", script, "--port", "30001").CombinedOutput()
+	run := exec.Command("bash", script, "--port", "30001")
+	run.Env = withoutEnv(DefaultAPIKeyEnv)
+	out, err := run.CombinedOutput()
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, out)
 	}
@@ -86,5 +97,160 @@ func TestBashScriptRuns(t *testing.T) {
 func TestUnknownFormat(t *testing.T) {
 	if err := Write(&bytes.Buffer{}, "yaml", sample()); err == nil {
 		t.Fatal("want an error for an unknown format")
+	}
+}
+
+// withoutEnv is the test's environment less one variable.
+func withoutEnv(name string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, name+"=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// TestAPIKeyReadAtRunTime: the key comes from the environment when the
+// script runs; a key in the trial's flags is never written into the script.
+func TestAPIKeyReadAtRunTime(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "engine")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\nfor a in \"$@\"; do echo \"[$a]\"; done\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l := sample()
+	l.Command = []string{fake}
+	l.Flags = []string{"--model-path", "m", "--api-key", "stored-secret", "--tp-size", "4"}
+	l.APIKeyEnv = "MY_KEY"
+	var buf bytes.Buffer
+	if err := Write(&buf, "bash", l); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "stored-secret") {
+		t.Fatalf("the script holds the stored key:\n%s", buf.String())
+	}
+	script := filepath.Join(dir, "launch.sh")
+	if err := os.WriteFile(script, buf.Bytes(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		key  string
+		want string
+	}{
+		{"", "[--model-path]\n[m]\n[--tp-size]\n[4]\n[--port]\n[1]\n"},
+		{"run-time key", "[--model-path]\n[m]\n[--tp-size]\n[4]\n[--api-key]\n[run-time key]\n[--port]\n[1]\n"},
+	} {
+		cmd := exec.Command("bash", script, "--port", "1")
+		cmd.Env = withoutEnv("MY_KEY")
+		if tt.key != "" {
+			cmd.Env = append(cmd.Env, "MY_KEY="+tt.key)
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("run: %v\n%s", err, out)
+		}
+		if string(out) != tt.want {
+			t.Errorf("MY_KEY=%q: engine got\n%s\nwant\n%s", tt.key, out, tt.want)
+		}
+	}
+	l.APIKeyEnv = "not a name"
+	if err := Write(&bytes.Buffer{}, "bash", l); err == nil {
+		t.Error("an API key variable that is no shell name was accepted")
+	}
+}
+
+// TestExportShellcheck runs shellcheck (all severities) on the bash and
+// docker exports of the golden sample and of awkward values. CI installs
+// shellcheck; without it the test is skipped.
+func TestExportShellcheck(t *testing.T) {
+	sc, err := exec.LookPath("shellcheck")
+	if err != nil {
+		t.Skip("shellcheck not on PATH (Debian: apt-get install -y shellcheck)")
+	}
+	odd := sample()
+	odd.GPUs = ""
+	odd.Version = ""
+	odd.Measured = nil
+	odd.Env = map[string]string{"A_B": "x y $HOME", "NCCL_DEBUG": "INFO"}
+	odd.Params = map[string]interface{}{"note": "a\nb; rm -rf /"}
+	odd.Study = "study with $(odd) name\nand a newline"
+	dir := t.TempDir()
+	for name, l := range map[string]Launch{"sample": sample(), "odd": odd} {
+		for _, format := range []string{"bash", "docker"} {
+			var buf bytes.Buffer
+			if err := Write(&buf, format, l); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, name+"."+format+".sh")
+			if err := os.WriteFile(path, buf.Bytes(), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command(sc, "--severity=style", "--shell=bash", path).CombinedOutput(); err != nil {
+				t.Errorf("%s %s: shellcheck: %v\n%s\n%s", name, format, err, out, buf.String())
+			}
+			if out, err := exec.Command("bash", "-n", path).CombinedOutput(); err != nil {
+				t.Errorf("%s %s: bash -n: %v\n%s", name, format, err, out)
+			}
+		}
+	}
+	// The check can fail: a script with an unquoted expansion is flagged.
+	bad := filepath.Join(dir, "bad.sh")
+	if err := os.WriteFile(bad, []byte("#!/usr/bin/env bash\necho $1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command(sc, "--severity=style", bad).Run(); err == nil {
+		t.Error("shellcheck passed an unquoted $1")
+	}
+}
+
+func TestCheckFlags(t *testing.T) {
+	schema, _, err := engine.SGLang.Schema("v0.5.21")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		flags   []string
+		wantErr string // "" for valid
+		closest string
+	}{
+		{[]string{"--model-path", "m", "--tp-size", "4", "--disable-radix-cache", "--mem-fraction-static=0.85"}, "", ""},
+		{[]string{"--tensor-parallel-size", "4"}, "", ""}, // alias
+		{[]string{"--ep-sise", "4"}, "--ep-sise", "--ep-size"},
+		{[]string{"--mem-fraction-static", "1.5"}, "above", ""},
+		{[]string{"--tp-size", "four"}, "not an integer", ""},
+		{[]string{"--disable-radix-cache=true"}, "takes no value", ""},
+		{[]string{"--tp-size"}, "needs a value", ""},
+		{[]string{"tp-size", "4"}, "not a flag", ""},
+		{[]string{"--mamba-ssm-dtype", "int8"}, "not a valid choice", ""},
+	} {
+		err := CheckFlags(schema, tt.flags)
+		if tt.wantErr == "" {
+			if err != nil {
+				t.Errorf("%q: %v", tt.flags, err)
+			}
+			continue
+		}
+		var fe *FlagError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("%q: error %v, want a FlagError with %q", tt.flags, err, tt.wantErr)
+			continue
+		}
+		if fe.Closest != tt.closest {
+			t.Errorf("%q: closest %q, want %q", tt.flags, fe.Closest, tt.closest)
+		}
+	}
+}
+
+// TestShellQuoteRoundTrip: bash reads every quoted value back unchanged.
+func TestShellQuoteRoundTrip(t *testing.T) {
+	for _, s := range []string{"", "plain", "a b", "it's", `x y $HOME`, "`id`", `back\slash "q" $x`, "$'\\n'", "tab\there", "!bang"} {
+		out, err := exec.Command("bash", "-c", "printf %s "+shellQuote(s)).Output()
+		if err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		if string(out) != s {
+			t.Errorf("shellQuote(%q) = %s reads back as %q", s, shellQuote(s), out)
+		}
 	}
 }

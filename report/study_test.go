@@ -3,56 +3,246 @@ package report
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sgtune/sgtune/objective"
 )
 
-func TestWriteReport(t *testing.T) {
-	s1, s2, s3 := 1865.9, 1419.3, 900.0
+func fptr(x float64) *float64 { return &x }
+
+// fixture is a small study with every kind of trial the report shows.
+func fixture() Study {
+	t0 := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	exit := -6
 	trials := []Trial{
-		{Number: 0, State: "complete", Score: &s2, ScoreOK: true, Params: map[string]interface{}{"ep": "1"},
-			Levels: []Level{{1, 3, 107, 0.15, 0.16, 2.4}, {64, 3, 1419.3, 1.0, 7.2, 19.2}}},
-		{Number: 1, State: "infeasible", Class: "limits_reduced", Reason: "256 // 5 = 51 < 64"},
-		{Number: 2, State: "failed", Class: "illegal_memory_access", Reason: "RuntimeError: CUDA error | an illegal memory access"},
-		{Number: 3, State: "complete", Score: &s1, ScoreOK: true, Params: map[string]interface{}{"ep": "4"},
-			Flags:  []string{"--model-path", "m", "--ep-size", "4"},
-			Levels: []Level{{1, 3, 107.4, 0.15, 0.16, 2.4}, {64, 3, 1865.9, 1.1, 2.6, 9.9}}},
-		{Number: 4, State: "complete", Score: &s3, ScoreOK: false, Reason: "TTFT p99 9.1 s > 2 s"},
+		{Number: 0, State: "complete", Score: fptr(1419.3), ScoreOK: true, Params: map[string]interface{}{"ep": "1", "mem_fraction": 0.85},
+			Levels: []Level{{1, 3, 107, 0.15, 0.16, 2.4}, {64, 3, 1419.3, 1.0, 1.9, 19.2}}, Seconds: 300, Launched: true,
+			Start: t0, End: t0.Add(300 * time.Second)},
+		{Number: 1, State: "infeasible", Class: "limits_reduced", Reason: "256 // 5 = 51 < 64", Params: map[string]interface{}{"ep": "4", "mem_fraction": 0.78},
+			Start: t0.Add(301 * time.Second), End: t0.Add(301 * time.Second)},
+		{Number: 2, State: "failed", Class: "illegal_memory_access", Reason: "RuntimeError: CUDA error | an illegal memory access",
+			Params: map[string]interface{}{"ep": "4", "mem_fraction": 0.85}, ExitCode: &exit, Launched: true, Seconds: 80,
+			LogExcerpt: "Scheduler hit an exception: Traceback (most recent call last):\nRuntimeError: CUDA error: an illegal memory access was encountered <script>",
+			LogPath:    "sgtune-logs/glm/trial-2.log", Start: t0.Add(302 * time.Second), End: t0.Add(382 * time.Second)},
+		{Number: 3, State: "complete", Score: fptr(1865.9), ScoreOK: true, Params: map[string]interface{}{"ep": "4", "mem_fraction": 0.85},
+			Flags:  []string{"--model-path", "m", "--ep-size", "4", "--mem-fraction-static", "0.85"},
+			Levels: []Level{{1, 3, 107.4, 0.15, 0.16, 2.4}, {64, 3, 1865.9, 1.1, 1.6, 9.9}}, Seconds: 310, Launched: true,
+			Start: t0.Add(400 * time.Second), End: t0.Add(710 * time.Second)},
+		{Number: 4, State: "complete", Score: fptr(1900), ScoreOK: false, Reason: "concurrency 64: ttft p99 9.100 s > 2.000 s",
+			Params: map[string]interface{}{"ep": "4", "mem_fraction": 0.78}, Levels: []Level{{64, 3, 1900, 3, 9.1, 30}}, Seconds: 290, Launched: true,
+			Start: t0.Add(720 * time.Second), End: t0.Add(1010 * time.Second)},
+		{Number: 5, State: "complete", Score: fptr(1820.4), ScoreOK: true, Params: map[string]interface{}{"ep": "4", "mem_fraction": 0.78},
+			Levels: []Level{{1, 3, 104, 0.14, 0.15, 2.5}, {64, 3, 1820.4, 0.9, 1.2, 10.4}}, Seconds: 305, Launched: true,
+			Start: t0.Add(1020 * time.Second), End: t0.Add(1325 * time.Second)},
 	}
 	best := trials[3]
+	return Study{Name: "glm", Storage: "glm.db", Trials: trials, Best: &best, Budget: 8,
+		Score: "output tok/s at c=64 with ttft p99 < 2s", ScoreConcurrency: 64,
+		Confirmations: []Confirmation{
+			{Trial: 5, Scores: []float64{1801, 1790}, Pooled: 1801, Spread: 30.4},
+			{Trial: 3, Scores: []float64{1840, 1851}, Pooled: 1851, Spread: 25.9},
+		},
+		Generated: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
+	}
+}
+
+// golden compares got with testdata/report/NAME (rewritten with -update).
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", "report", name)
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./report -update)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from %s (go test ./report -update rewrites it after a deliberate change):\n%s", name, path, got)
+	}
+}
+
+func TestWriteReportGolden(t *testing.T) {
 	dir := t.TempDir()
-	if err := WriteReport(dir, Study{Name: "glm", Storage: "glm.db", Trials: trials, Best: &best}); err != nil {
+	if err := WriteReport(dir, fixture()); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	golden(t, "index.html.golden", page)
+	golden(t, "report.md.golden", md)
+
+	// Same input, same bytes: nothing in the output depends on the clock
+	// or on map order.
+	dir2 := t.TempDir()
+	if err := WriteReport(dir2, fixture()); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"index.html", "report.md", "pareto.svg", "effect-ep.svg"} {
+		a, _ := os.ReadFile(filepath.Join(dir, f))
+		b, _ := os.ReadFile(filepath.Join(dir2, f))
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s differs between two runs on the same study", f)
+		}
+	}
+}
+
+var srcRE = regexp.MustCompile(`(?:src|href)="([^"]*)"`)
+
+// TestWriteReportStructure checks what the page must hold, independent of
+// layout: the plots it references exist beside it, nothing is fetched
+// from the network, the table, the verdicts, the failures and the tie.
+func TestWriteReportStructure(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteReport(dir, fixture()); err != nil {
+		t.Fatal(err)
+	}
+	page, _ := os.ReadFile(filepath.Join(dir, "index.html"))
+	svgs := 0
+	for _, m := range srcRE.FindAllStringSubmatch(string(page), -1) {
+		ref := m[1]
+		if strings.HasPrefix(ref, "data:") {
+			continue
+		}
+		if strings.Contains(ref, "//") {
+			t.Errorf("the page references the network: %s", ref)
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, ref))
+		if err != nil {
+			t.Errorf("the page references %s: %v", ref, err)
+			continue
+		}
+		if strings.HasSuffix(ref, ".svg") && bytes.Contains(b, []byte("<svg")) {
+			svgs++
+		}
+	}
+	if svgs < 4 {
+		t.Errorf("the page shows %d SVG plots, want at least 4", svgs)
+	}
 	for _, want := range []string{
-		"# Study glm",
-		"5 trials (3 complete, 1 failed, 1 infeasible)",
-		"## Best: trial 3, score 1865.90",
-		"--model-path m --ep-size 4",
-		"| 64 | 3 | 1865.9 | 1.100 | 2.600 | 9.90 |",
-		"| 1 | 3 | 1865.90 | ep=4 |", // ranking: trial 3 first
-		"| 2 | 0 | 1419.30 | ep=1 |",
-		"| failed: illegal_memory_access | 2 | RuntimeError: CUDA error \\| an illegal memory access |",
-		"| infeasible: limits_reduced | 1 | 256 // 5 = 51 < 64 |",
-		"900.00 (SLO miss)",
+		`<table class="sortable" id="trials">`,
+		`<span class="st st-infeasible">infeasible</span>`,
+		`misses: concurrency 64: ttft p99 9.100 s &gt; 2.000 s`,
+		`illegal_<wbr>memory_<wbr>access`,
+		`RuntimeError: CUDA error: an illegal memory access was encountered &lt;script&gt;`, // log lines escaped
+		`src="effect-ep.svg"`, `src="effect-mem_fraction.svg"`, `src="pareto.svg"`,
+		`5 of 8 launches`,
+		`<h2>Confirmation reruns</h2>`,
+	} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("index.html lacks %q", want)
+		}
+	}
+	// The top two pooled scores differ by 50, more than either spread.
+	if strings.Contains(string(page), "Tie within") {
+		t.Error("the page calls a 50-point gap with a 30.4 spread a tie")
+	}
+	if strings.Contains(string(page), "<script src") || strings.Contains(string(page), "<link rel=\"stylesheet\"") {
+		t.Error("the page loads a script or stylesheet from a file")
+	}
+}
+
+func TestTieWithinSpread(t *testing.T) {
+	for _, tt := range []struct {
+		a, b   Confirmation
+		tie    bool
+		reason string
+	}{
+		{Confirmation{Trial: 3, Pooled: 1851, Spread: 60}, Confirmation{Trial: 5, Pooled: 1801, Spread: 20}, true, "gap 50 < spread 60"},
+		{Confirmation{Trial: 3, Pooled: 1851, Spread: 20}, Confirmation{Trial: 5, Pooled: 1801, Spread: 30}, false, "gap 50 > spread 30"},
+		{Confirmation{Trial: 3, Pooled: 1801, Spread: 10}, Confirmation{Trial: 5, Pooled: 1851, Spread: 55}, true, "order of the input does not matter"},
+	} {
+		v := buildView(Study{Confirmations: []Confirmation{tt.a, tt.b}})
+		if (v.Tie != "") != tt.tie {
+			t.Errorf("%s: tie %q", tt.reason, v.Tie)
+		}
+		if v.Confirm[0].Pooled != formatScore(1851) {
+			t.Errorf("%s: confirmations not best first: %+v", tt.reason, v.Confirm)
+		}
+	}
+}
+
+func TestParetoFront(t *testing.T) {
+	pts := []paretoPoint{
+		{Trial: 0, OutputTokS: 100, TTFTP99: 1.0},
+		{Trial: 1, OutputTokS: 120, TTFTP99: 2.0},
+		{Trial: 2, OutputTokS: 90, TTFTP99: 1.5},  // beaten by 0 on both
+		{Trial: 3, OutputTokS: 120, TTFTP99: 2.5}, // beaten by 1 on latency
+		{Trial: 4, OutputTokS: 80, TTFTP99: 0.5},
+	}
+	paretoFront(pts)
+	want := map[int]bool{0: true, 1: true, 2: false, 3: false, 4: true}
+	for _, p := range pts {
+		if p.Front != want[p.Trial] {
+			t.Errorf("trial %d: front %v, want %v", p.Trial, p.Front, want[p.Trial])
+		}
+	}
+}
+
+// matrixPoints is a seed-004-like matrix: two contexts, three levels, the
+// largest cell over capacity and one queued.
+func matrixPoints() []objective.Point {
+	dec := func(ctx, c int, status string, tokS, ttft float64) objective.Point {
+		return objective.Point{Phase: objective.PhaseDecode, Context: ctx, Concurrency: c, Status: status, State: "passed",
+			OutputTokS: tokS, TTFT: objective.Stats{P50: ttft}}
+	}
+	return []objective.Point{
+		{Phase: objective.PhasePrefill, Context: 8192, Concurrency: 1, Status: objective.StatusValid, PromptTokS: 9232, TTFT: objective.Stats{P50: 0.888}},
+		{Phase: objective.PhasePrefill, Context: 1043456, Concurrency: 1, Status: objective.StatusValid, PromptTokS: 8387, TTFT: objective.Stats{P50: 122.2}},
+		dec(8192, 1, objective.StatusValid, 190.7, 0.122), dec(8192, 2, objective.StatusValid, 267.4, 0.178),
+		dec(8192, 4, objective.StatusNotRun, 0, 0),
+		dec(1043456, 1, objective.StatusValid, 154.5, 2.345), dec(1043456, 2, objective.StatusQueued, 224.9, 4.745),
+		dec(1043456, 4, objective.StatusOverCapacity, 0, 0),
+	}
+}
+
+func TestMatrixTable(t *testing.T) {
+	st := Study{Name: "m", Trials: []Trial{{Number: 0, State: "complete", Score: fptr(190.7), ScoreOK: true, Points: matrixPoints()}}}
+	st.Best = &st.Trials[0]
+	dir := t.TempDir()
+	if err := WriteReport(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
+	for _, want := range []string{
+		"| context | prefill | 1 | 2 | 4 |",
+		"| 8K | 9,232 prompt tok/s (888 ms TTFT) | 190.7 tok/s (122 ms TTFT) | 267.4 tok/s (178 ms TTFT) | Not run |",
+		"| 1019K | 8,387 prompt tok/s (122.20 s TTFT) | 154.5 tok/s (2.35 s TTFT) | 224.9 tok/s (Requests queued · 4.75 s TTFT) | Over capacity |",
+		// The scored row (smallest context) gives the throughput plot.
+		"![Output tok/s by concurrency for the top trials](throughput.svg)",
 	} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q:\n%s", want, md)
 		}
 	}
-	if strings.Contains(string(md), "| 3 | 4 |") {
-		t.Error("a trial that missed its SLO was ranked")
+	page, _ := os.ReadFile(filepath.Join(dir, "index.html"))
+	if !strings.Contains(string(page), `<td class="num c-over">Over capacity</td>`) {
+		t.Errorf("index.html has no Over capacity cell")
 	}
-	for _, f := range []string{"progress.svg", "throughput.svg", "ttft-p99.svg"} {
-		b, err := os.ReadFile(filepath.Join(dir, f))
-		if err != nil || !bytes.Contains(b, []byte("<svg")) {
-			t.Errorf("%s: %v", f, err)
-		}
+	// A chat study has no matrix section.
+	if err := WriteReport(dir, fixture()); err != nil {
+		t.Fatal(err)
+	}
+	page, _ = os.ReadFile(filepath.Join(dir, "index.html"))
+	if strings.Contains(string(page), "Context ×") {
+		t.Error("a chat study shows a matrix table")
 	}
 }
 
@@ -67,5 +257,108 @@ func TestWriteReportEmpty(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "throughput.svg")); !os.IsNotExist(err) {
 		t.Error("a plot was drawn without data")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "index.html")); err != nil {
+		t.Errorf("no page for an empty study: %v", err)
+	}
+}
+
+// TestReportInChromium renders the page in headless Chromium through
+// scripts/report-check.sh and checks that the check fails on a broken page.
+// CI installs chromium; without it the test is skipped.
+func TestReportInChromium(t *testing.T) {
+	if chromium() == "" {
+		t.Skip("chromium not on PATH (Debian: apt-get install -y chromium)")
+	}
+	script, err := filepath.Abs(filepath.Join("..", "scripts", "report-check.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := WriteReport(dir, fixture()); err != nil {
+		t.Fatal(err)
+	}
+	png := filepath.Join(dir, "page.png")
+	out, err := exec.Command("bash", script, dir, png).CombinedOutput()
+	if err != nil {
+		t.Fatalf("report-check on a good page: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(png); err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Errorf("no PNG written: %v", err)
+	}
+
+	// A page with a script error and a missing plot must fail the check.
+	bad := t.TempDir()
+	page := `<!DOCTYPE html><html><head><link rel="icon" href="data:,"></head><body>` +
+		`<img src="missing.svg"><script>undefinedFunction();</script></body></html>`
+	if err := os.WriteFile(filepath.Join(bad, "index.html"), []byte(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command("bash", script, bad, filepath.Join(bad, "p.png")).CombinedOutput()
+	if err == nil {
+		t.Fatalf("report-check passed a broken page:\n%s", out)
+	}
+	for _, want := range []string{"console errors", "undefinedFunction", "missing file: missing.svg"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("report-check output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// chromium returns the browser's path, "" when none is installed.
+func chromium() string {
+	for _, c := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(c); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+var rowRE = regexp.MustCompile(`<tr(?: class="best")?><td class="num" data-v="(\d+)">`)
+
+// TestTableSortsInChromium clicks the score header in a real browser and
+// reads the row order back from the DOM.
+func TestTableSortsInChromium(t *testing.T) {
+	browser := chromium()
+	if browser == "" {
+		t.Skip("chromium not on PATH (Debian: apt-get install -y chromium)")
+	}
+	dir := t.TempDir()
+	if err := WriteReport(dir, fixture()); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		clicks int
+		want   string
+	}{
+		{0, "0 1 2 3 4 5"},
+		{1, "0 5 3 4 1 2"}, // ascending; trials without a score last
+		{2, "4 3 5 0 1 2"}, // descending; still last
+	} {
+		click := strings.Repeat(`document.querySelectorAll("#trials th")[2].click();`, tt.clicks)
+		probe := strings.Replace(string(page), "</body>", "<script>"+click+"</script></body>", 1)
+		path := filepath.Join(dir, "probe.html")
+		if err := os.WriteFile(path, []byte(probe), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+			"--disable-background-networking", "--disable-component-update", "--disable-sync",
+			"--user-data-dir="+t.TempDir(), "--dump-dom", "file://"+path)
+		dom, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("chromium --dump-dom: %v", err)
+		}
+		var order []string
+		for _, m := range rowRE.FindAllStringSubmatch(string(dom), -1) {
+			order = append(order, m[1])
+		}
+		if got := strings.Join(order, " "); got != tt.want {
+			t.Errorf("after %d clicks on score: rows %q, want %q", tt.clicks, got, tt.want)
+		}
 	}
 }

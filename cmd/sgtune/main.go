@@ -112,6 +112,7 @@ script.`,
 		a.reportCmd(),
 		a.checkCmd(),
 		a.benchCmd(),
+		a.rescoreCmd(),
 	)
 	return root
 }

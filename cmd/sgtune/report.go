@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sort"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -17,11 +17,16 @@ func (a *app) reportCmd() *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
 		Use:   "report -o DIR",
-		Short: "Write a study report (markdown and SVG plots) into DIR",
-		Long: `Report writes DIR/report.md with the best trial, its measurements per
-concurrency, a ranking, every failure and rejection with its reason, and every
-trial; and SVG plots of the score by trial and of throughput and TTFT p99 by
-concurrency for the top trials. It reads the storage only.`,
+		Short: "Write a study report (index.html, report.md and SVG plots) into DIR",
+		Long: `Report writes DIR/index.html and DIR/report.md: the study's summary (trials,
+launches used, wall time, the winner with its flags, confirmation reruns and
+their spread when the run made them), a sortable table of every trial (state,
+failure class, params, score, SLO verdict), plots as SVG files beside the page
+(throughput by concurrency for the top trials, TTFT p99 against throughput with
+the Pareto front, the score by trial, one effect plot per parameter), every
+failure with its decisive log lines, and for matrix workloads the context x
+concurrency table. The page works offline: no network, no remote fonts or
+scripts. Report reads the storage only.`,
 		Example: `  sgtune report -o report/
   sgtune report --storage glm.db --study glm-5.3-flash-h200x4 -o glm-report`,
 		Args: exactArgs(0),
@@ -29,22 +34,20 @@ concurrency for the top trials. It reads the storage only.`,
 			if out == "" {
 				return badInput(errors.New("-o DIR is required"))
 			}
-			name, recs, err := sf.records()
+			d, err := sf.open()
 			if err != nil {
 				return err
 			}
-			st := report.Study{Name: name, Storage: sf.storage}
-			for _, r := range recs {
-				st.Trials = append(st.Trials, reportTrial(r))
+			defer d.store.Close()
+			st, err := d.reportStudy(sf.storage)
+			if err != nil {
+				return err
 			}
-			if b, ok := search.Best(recs); ok {
-				bt := reportTrial(b)
-				st.Best = &bt
-			}
+			st.Generated = now(a.getenv)
 			if err := report.WriteReport(out, st); err != nil {
 				return fmt.Errorf("report: %w", err)
 			}
-			fmt.Fprintf(a.stdout, "wrote %s\n", filepath.Join(out, "report.md"))
+			fmt.Fprintf(a.stdout, "wrote %s and %s\n", filepath.Join(out, "index.html"), filepath.Join(out, "report.md"))
 			return nil
 		},
 	}
@@ -53,20 +56,63 @@ concurrency for the top trials. It reads the storage only.`,
 	return cmd
 }
 
+// reportStudy gathers what the report shows from the storage.
+func (d *studyData) reportStudy(storagePath string) (report.Study, error) {
+	st := report.Study{Name: d.name, Storage: storagePath, Budget: d.budget(),
+		ScoreConcurrency: d.scoredConcurrency(), Confirmations: d.confirmations()}
+	if s, ok := d.scoreSpec(); ok {
+		st.Score = specText(s)
+		st.ScoreContext = s.Context
+	}
+	points, err := d.store.StudyPoints(d.id)
+	if err != nil {
+		return st, fmt.Errorf("read points of study %q: %w", d.name, err)
+	}
+	for _, r := range d.recs {
+		t := reportTrial(r)
+		t.Points = points[r.ID]
+		st.Trials = append(st.Trials, t)
+	}
+	if b, ok := search.Best(d.recs); ok {
+		for i := range st.Trials {
+			if st.Trials[i].Number == b.Number {
+				bt := st.Trials[i]
+				st.Best = &bt
+			}
+		}
+	}
+	return st, nil
+}
+
 func reportTrial(r search.Record) report.Trial {
 	t := report.Trial{
 		Number: r.Number, State: r.State, Score: r.Score, ScoreOK: r.ScoreOK,
 		Class: r.FailureClass, Reason: r.Reason, Params: r.Params, Flags: r.Flags(), Seconds: r.DurationS,
+		Start: r.Start, ExitCode: r.ExitCode, LogExcerpt: r.LogExcerpt, LogPath: r.LogPath,
+		Levels: levels(r),
+		// A trial that has a log or startup facts started a server.
+		Launched: r.LogPath != "" || len(r.Facts) > 0 || r.State == search.StateComplete,
+	}
+	if r.End != nil {
+		t.End = *r.End
 	}
 	if r.State == search.StateComplete && !r.ScoreOK {
 		t.Reason = r.ScoreReason
 	}
-	for c, m := range r.Medians() {
-		t.Levels = append(t.Levels, report.Level{
-			Concurrency: c, Repeats: m.Repeats, OutputTokS: m.OutputTokS,
-			TTFTP50: m.TTFTP50, TTFTP99: m.TTFTP99, LatencyP99: m.LatencyP99,
-		})
+	if t.LogExcerpt == "" && r.State == search.StateFailed {
+		t.LogExcerpt = r.LogTail
 	}
-	sort.Slice(t.Levels, func(i, j int) bool { return t.Levels[i].Concurrency < t.Levels[j].Concurrency })
 	return t
+}
+
+// now is the time written into outputs: SOURCE_DATE_EPOCH when set (for
+// reproducible builds of reports and scripts), else the clock.
+func now(getenv func(string) string) time.Time {
+	if s := getenv("SOURCE_DATE_EPOCH"); s != "" {
+		var sec int64
+		if _, err := fmt.Sscanf(s, "%d", &sec); err == nil {
+			return time.Unix(sec, 0).UTC()
+		}
+	}
+	return time.Now().UTC()
 }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -73,42 +75,6 @@ func pickStudy(store *storage.Store, want string) (string, error) {
 	return "", badInput(fmt.Errorf("the storage holds several studies; pick one with --study (%s)", strings.Join(names, ", ")))
 }
 
-func (a *app) statusCmd() *cobra.Command {
-	var sf studyFlags
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "status",
-		Short: "List every trial of a study: state, score, failure reason and params",
-		Args:  exactArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			name, recs, err := sf.records()
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(a.stdout, struct {
-					Study  string          `json:"study"`
-					Trials []search.Record `json:"trials"`
-				}{name, recs})
-			}
-			fmt.Fprintf(a.stdout, "study %s: %d trials\n", name, len(recs))
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "#\tSTATE\tSCORE\tDETAIL\tPARAMS")
-			for _, r := range recs {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.Number, r.State, scoreText(r), detail(r), space.Params(r.Params).String())
-			}
-			tw.Flush()
-			if b, ok := search.Best(recs); ok {
-				fmt.Fprintf(a.stdout, "best: trial %d (score %.2f)\n", b.Number, *b.Score)
-			}
-			return nil
-		},
-	}
-	sf.register(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the trials as JSON")
-	return cmd
-}
-
 func (a *app) bestCmd() *cobra.Command {
 	var sf studyFlags
 	var asJSON bool
@@ -157,54 +123,77 @@ func (a *app) bestCmd() *cobra.Command {
 func (a *app) exportCmd() *cobra.Command {
 	var sf studyFlags
 	var (
-		trial   int
-		format  string
-		out     string
-		command string
+		trial      int
+		format     string
+		out        string
+		command    string
+		schemaFile string
+		apiKeyEnv  string
 	)
 	cmd := &cobra.Command{
 		Use:   "export",
 		Short: "Write a trial (default: the best) as a launch script or JSON",
 		Long: `Export writes the winning configuration as a bash launch script, a docker run
 script, or JSON. The script starts the engine with the study's engine command
-(engine.launch_command when set, or --command) and the trial's flags; extra arguments given to the script, such
-as --host, --port or --api-key, are passed through to the engine.`,
+(engine.launch_command when set, or --command) and the trial's flags; extra
+arguments given to the script, such as --host or --port, are passed through to
+the engine. The server's API key is read when the script runs, from the
+variable --api-key-env names (default SGTUNE_API_KEY); no key is ever written
+into the file.
+
+Every flag is checked against the engine's flag schema first (the bundled
+schema of the study's engine version, or --flags-schema FILE); an unknown flag
+or a bad value exits 2 naming the flag and the closest valid one, and nothing
+is written. The header records the study, trial, score, throughput and TTFT p99
+at the scored level, engine version, model revision (when stored) and date.`,
 		Example: `  sgtune export --format bash -o best-launch.sh
   sgtune export --trial 7 --format json
-  sgtune export --command "sglang serve" -o launch.sh`,
+  sgtune export --command "sglang serve" -o launch.sh
+  SGTUNE_API_KEY=secret ./best-launch.sh --port 30000`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !contains(report.Formats, format) {
 				return badInput(fmt.Errorf("--format %q: valid formats are %s", format, strings.Join(report.Formats, ", ")))
 			}
-			name, recs, err := sf.records()
+			d, err := sf.open()
 			if err != nil {
 				return err
 			}
+			defer d.store.Close()
 			var rec search.Record
 			if cmd.Flags().Changed("trial") {
 				found := false
-				for _, r := range recs {
+				for _, r := range d.recs {
 					if r.Number == trial {
 						rec, found = r, true
 					}
 				}
 				if !found {
-					return badInput(fmt.Errorf("--trial %d: study %s has no such trial (0..%d)", trial, name, len(recs)-1))
+					return badInput(fmt.Errorf("--trial %d: study %s has no such trial (0..%d)", trial, d.name, len(d.recs)-1))
 				}
 				if len(rec.Flags()) == 0 {
 					return badInput(fmt.Errorf("--trial %d was %s before it had a config; nothing to export", trial, rec.State))
 				}
 			} else {
-				b, ok := search.Best(recs)
+				b, ok := search.Best(d.recs)
 				if !ok {
-					return fmt.Errorf("study %s has no complete trial that meets its SLO and gates; pick one with --trial", name)
+					return fmt.Errorf("study %s has no complete trial that meets its SLO and gates; pick one with --trial", d.name)
 				}
 				rec = b
 			}
+			schema, err := d.flagSchema(rec, schemaFile, a.stderr)
+			if err != nil {
+				return err
+			}
+			if err := report.CheckFlags(schema, rec.Flags()); err != nil {
+				return badInput(fmt.Errorf("export: trial %d: %w; nothing written", rec.Number, err))
+			}
+			rev := d.modelRevision(rec)
 			l := report.Launch{
-				Study: name, Trial: rec.Number, Command: rec.Engine, Flags: rec.Flags(),
+				Study: d.name, Trial: rec.Number, Command: rec.Engine, Flags: rec.Flags(),
 				Env: rec.Env(), GPUs: rec.GPUs, Params: rec.Params, Version: rec.Version,
+				ScoreReason: rec.ScoreReason, Measured: figuresAt(rec, d.scoredConcurrency()),
+				ModelRevision: rev, APIKeyEnv: apiKeyEnv, Created: now(a.getenv),
 			}
 			if rec.Score != nil {
 				l.Score = *rec.Score
@@ -215,26 +204,18 @@ as --host, --port or --api-key, are passed through to the engine.`,
 			case len(rec.LaunchCmd) > 0:
 				l.Command = rec.LaunchCmd
 			}
-			w := a.stdout
-			if out != "" && out != "-" {
-				f, err := os.OpenFile(out, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-				if err != nil {
-					return fmt.Errorf("export: %w", err)
-				}
-				defer f.Close()
-				w = f
+			var buf bytes.Buffer
+			if err := report.Write(&buf, format, l); err != nil {
+				return badInput(err)
 			}
-			if err := report.Write(w, format, l); err != nil {
+			if out == "" || out == "-" {
+				_, err := a.stdout.Write(buf.Bytes())
 				return err
 			}
-			if f, ok := w.(*os.File); ok && f != os.Stdout {
-				if err := f.Close(); err != nil {
-					return fmt.Errorf("export: %w", err)
-				}
+			if err := writeExecutable(out, buf.Bytes()); err != nil {
+				return fmt.Errorf("export: %w", err)
 			}
-			if out != "" && out != "-" {
-				fmt.Fprintf(a.stderr, "wrote %s (study %s, trial %d)\n", out, name, rec.Number)
-			}
+			fmt.Fprintf(a.stderr, "wrote %s (study %s, trial %d)\n", out, d.name, rec.Number)
 			return nil
 		},
 	}
@@ -244,18 +225,31 @@ as --host, --port or --api-key, are passed through to the engine.`,
 	f.StringVar(&format, "format", "bash", "bash | docker | json")
 	f.StringVarP(&out, "output", "o", "", "write to FILE instead of standard output")
 	f.StringVar(&command, "command", "", "engine command for the script (default: the study's engine.launch_command, else engine.command)")
+	f.StringVar(&schemaFile, "flags-schema", "", "check the flags against this flag schema file (default: the bundled schema of the study's engine version)")
+	f.StringVar(&apiKeyEnv, "api-key-env", report.DefaultAPIKeyEnv, "environment variable the script reads the server's API key from at run time")
 	return cmd
 }
 
-func scoreText(r search.Record) string {
-	if r.Score == nil {
-		return "-"
+// writeExecutable writes b to path through a temporary file and a rename:
+// an existing script is replaced whole or not at all.
+func writeExecutable(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
 	}
-	s := fmt.Sprintf("%.1f", *r.Score)
-	if !r.ScoreOK {
-		s += " (SLO miss)"
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
 	}
-	return s
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 func detail(r search.Record) string {

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sgtune/sgtune/storage"
+)
+
+// setFlags rewrites a stored trial's config flags (trial 0 of seedStudy).
+func setFlags(t *testing.T, db string, flags string) {
+	t.Helper()
+	st, err := storage.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.AnnotateTrial(1, "sgtune.config", `{"flags":`+flags+`}`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExportHeaderAndShellcheck(t *testing.T) {
+	dir := t.TempDir()
+	db := seedStudy(t, dir, rankingTrials, map[string]string{storage.AttrModelRevision: "4f3a9c1e"})
+	t.Setenv("SOURCE_DATE_EPOCH", "1796040000") // 2026-11-30
+	script := filepath.Join(dir, "best.sh")
+	code, out := cli(t, nil, nil, "export", "--storage", db, "-o", script)
+	if code != 0 {
+		t.Fatalf("export: exit %d\n%s", code, out)
+	}
+	body, err := os.ReadFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"#   study:          rescore\n",
+		"#   trial:          0\n",
+		"#   score:          2000.00 (2000.0 output tok/s at c=64 (median of 1))\n",
+		"#   measured:       2000.0 output tok/s at concurrency 64, TTFT p99 1.586 s\n",
+		"#   engine version: v0.5.21\n",
+		"#   model revision: 4f3a9c1e\n",
+		"#   date:           2026-11-30\n",
+		`set -- --api-key "$SGTUNE_API_KEY" "$@"`,
+		"  --mem-fraction-static 0.80 \\\n",
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("script lacks %q:\n%s", want, body)
+		}
+	}
+	if st, err := os.Stat(script); err != nil || st.Mode().Perm()&0o100 == 0 {
+		t.Errorf("script not executable: %v", err)
+	}
+	if out, err := exec.Command("bash", "-n", script).CombinedOutput(); err != nil {
+		t.Errorf("bash -n: %v\n%s", err, out)
+	}
+	if sc, err := exec.LookPath("shellcheck"); err == nil {
+		if out, err := exec.Command(sc, "--severity=style", script).CombinedOutput(); err != nil {
+			t.Errorf("shellcheck: %v\n%s", err, out)
+		}
+	}
+
+	code, out = cli(t, nil, nil, "export", "--storage", db, "--format", "json", "--api-key-env", "MY_KEY")
+	if code != 0 {
+		t.Fatalf("export json: exit %d\n%s", code, out)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("json: %v\n%s", err, out)
+	}
+	for k, want := range map[string]any{"study": "rescore", "trial": 0.0, "score": 2000.0, "engine_version": "v0.5.21",
+		"model_revision": "4f3a9c1e", "date": "2026-11-30", "api_key_env": "MY_KEY"} {
+		if doc[k] != want {
+			t.Errorf("json %s = %v, want %v", k, doc[k], want)
+		}
+	}
+	if m, _ := doc["measured"].(map[string]any); m == nil || m["concurrency"] != 64.0 || m["output_tok_s"] != 2000.0 {
+		t.Errorf("json measured = %v", doc["measured"])
+	}
+}
+
+func TestExportRejectsInvalidFlags(t *testing.T) {
+	for _, tt := range []struct {
+		flags string
+		want  []string
+	}{
+		{`["--model-path","m","--mem-fraction-statik","0.8"]`, []string{"--mem-fraction-statik", "closest valid flag: --mem-fraction-static"}},
+		{`["--model-path","m","--mem-fraction-static","2"]`, []string{"--mem-fraction-static", "above"}},
+		{`["--model-path","m","--disable-radix-cache","yes"]`, []string{"is not a flag"}},
+	} {
+		dir := t.TempDir()
+		db := seedStudy(t, dir, rankingTrials, nil)
+		setFlags(t, db, tt.flags)
+		script := filepath.Join(dir, "best.sh")
+		if err := os.WriteFile(script, []byte("previous\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		code, out := cli(t, nil, nil, "export", "--storage", db, "-o", script)
+		if code != exitUsage {
+			t.Errorf("%s: exit %d, want 2\n%s", tt.flags, code, out)
+		}
+		for _, w := range append(tt.want, "nothing written") {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: message lacks %q:\n%s", tt.flags, w, out)
+			}
+		}
+		if b, _ := os.ReadFile(script); string(b) != "previous\n" {
+			t.Errorf("%s: the existing file was changed:\n%s", tt.flags, b)
+		}
+	}
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestReportCommand(t *testing.T) {
+	dir := t.TempDir()
+	conf := `[{"trial":0,"scores":[1950,2010],"pooled":1990,"spread":90},{"trial":1,"scores":[1790,1815],"pooled":1805,"spread":40}]`
+	spec := `{"metric":"output_tok_s","concurrency":64,"slo":[{"metric":"ttft","percentile":"p99","max_s":2}]}`
+	db := seedStudy(t, dir, rankingTrials, map[string]string{attrConfirmation: conf, attrScoreSpec: spec, attrBudget: "12"})
+	out := filepath.Join(dir, "out")
+	code, msg := cli(t, nil, nil, "report", "--storage", db, "-o", out)
+	if code != 0 {
+		t.Fatalf("report: exit %d\n%s", code, msg)
+	}
+	page, err := os.ReadFile(filepath.Join(out, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svgs := 0
+	for _, m := range regexp.MustCompile(`<img src="([^"]+)"`).FindAllStringSubmatch(string(page), -1) {
+		if b, err := os.ReadFile(filepath.Join(out, m[1])); err != nil || !strings.Contains(string(b), "<svg") {
+			t.Errorf("page shows %s: %v", m[1], err)
+		} else {
+			svgs++
+		}
+	}
+	if svgs < 4 {
+		t.Errorf("%d plots on the page, want at least 4", svgs)
+	}
+	for _, want := range []string{
+		"score: output tok/s at c=64 with ttft p99 &lt; 2s",
+		"3 of 12 launches",
+		"<h2>Confirmation reruns</h2>",
+		"1,950 / 2,010",
+		// 1,990 - 1,805 = 185 > 90: a win, not a tie.
+	} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("index.html lacks %q", want)
+		}
+	}
+	if strings.Contains(string(page), "Tie within") {
+		t.Error("a 185-point gap with a 90 spread reported as a tie")
+	}
+	if _, err := os.Stat(filepath.Join(out, "report.md")); err != nil {
+		t.Error(err)
+	}
+
+	// Without -o: bad input, nothing written.
+	if code, msg := cli(t, nil, nil, "report", "--storage", db); code != exitUsage {
+		t.Errorf("report without -o: exit %d\n%s", code, msg)
+	}
+}

@@ -1,0 +1,266 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/c-bata/goptuna"
+
+	"github.com/sgtune/sgtune/objective"
+	"github.com/sgtune/sgtune/storage"
+)
+
+// fakeTrial is one complete trial measured at c=64: n requests whose TTFTs
+// rise linearly from ttftLo to ttftHi, each producing tokens in durS.
+type fakeTrial struct {
+	name           string
+	tokS           float64
+	ttftLo, ttftHi float64
+}
+
+// seedStudy stores a study as a run would: trials with their config,
+// score attributes, points and per-request records. Scores are computed
+// by objective.Score from the same points, under ttft p99 < 2 s.
+func seedStudy(t *testing.T, dir string, trials []fakeTrial, studyAttrs map[string]string) string {
+	t.Helper()
+	db := filepath.Join(dir, "s.db")
+	st, err := storage.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sid, err := st.CreateNewStudy("rescore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(st.SetStudyDirection(sid, goptuna.StudyDirectionMaximize))
+	for k, v := range studyAttrs {
+		must(st.SetStudyUserAttr(sid, k, v))
+	}
+	spec := objective.ScoreSpec{Metric: objective.MetricOutputTokS, Concurrency: 64,
+		SLO: []objective.SLO{{Metric: "ttft", Percentile: "p99", Max: 2}}}
+	choices := make([]string, len(trials))
+	for i, tr := range trials {
+		choices[i] = tr.name
+	}
+	for i, tr := range trials {
+		id, err := st.CreateNewTrial(sid)
+		must(err)
+		must(st.SetTrialParam(id, "config", float64(i), goptuna.CategoricalDistribution{Choices: choices}))
+		const n, dur = 64, 10.0
+		var ttfts []float64
+		var recs []storage.RequestRecord
+		for k := 0; k < n; k++ {
+			ttft := tr.ttftLo + (tr.ttftHi-tr.ttftLo)*float64(k)/float64(n-1)
+			ttfts = append(ttfts, ttft)
+			recs = append(recs, storage.RequestRecord{Concurrency: 64, Repeat: 1, Index: k, TTFT: ttft, Latency: ttft + 5,
+				OutputTokens: int(tr.tokS * dur / n), OK: true})
+		}
+		p := objective.Point{Concurrency: 64, Repeat: 1, State: "passed", Requested: n, Issued: n, Completed: n,
+			OutputTokens: int(tr.tokS * dur), DurationS: dur, OutputTokS: tr.tokS, TTFT: objective.Summarize(ttfts),
+			Audit: objective.Audit{RawCount: true, Completed: true, Failed: true, Tokens: true, AllRequested: true}}
+		must(st.SavePoints(id, []objective.Point{p}))
+		must(st.SaveRequests(id, recs))
+		res := &objective.Result{Points: []objective.Point{p}}
+		v, ok, why := objective.Score(spec, res)
+		attrs := map[string]string{
+			"sgtune.state": "complete", "sgtune.score": strconv.FormatFloat(v, 'g', -1, 64),
+			"sgtune.score_ok": strconv.FormatBool(ok), "sgtune.score_reason": why,
+			"sgtune.config":         fmt.Sprintf(`{"flags":["--model-path","m","--mem-fraction-static","0.%d"]}`, 80+i),
+			"sgtune.engine_version": "v0.5.21",
+			"sgtune.result":         `{"medians":{"64":{"repeats":1,"output_tok_s":` + strconv.FormatFloat(tr.tokS, 'f', 1, 64) + `,"ttft_p99_s":` + strconv.FormatFloat(p.TTFT.P99, 'f', 3, 64) + `}}}`,
+		}
+		for k, v := range attrs {
+			must(st.SetTrialUserAttr(id, k, v))
+		}
+		must(st.SetTrialValue(id, v))
+		must(st.SetTrialState(id, goptuna.TrialStateComplete))
+	}
+	return db
+}
+
+// Fast has the highest throughput but a long TTFT tail; steady is slower
+// with TTFTs all under a second.
+var rankingTrials = []fakeTrial{
+	{name: "fast", tokS: 2000, ttftLo: 0.2, ttftHi: 1.6},
+	{name: "steady", tokS: 1800, ttftLo: 0.2, ttftHi: 0.6},
+	{name: "slow", tokS: 1200, ttftLo: 0.1, ttftHi: 0.3},
+}
+
+type rescoreDoc struct {
+	Study  string              `json:"study"`
+	Score  objective.ScoreSpec `json:"score"`
+	Trials []rescored          `json:"trials"`
+}
+
+func rescoreJSON(t *testing.T, args ...string) rescoreDoc {
+	t.Helper()
+	code, out := cli(t, nil, nil, append([]string{"rescore", "--json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("rescore %q: exit %d\n%s", args, code, out)
+	}
+	var doc rescoreDoc
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("rescore --json: %v\n%s", err, out)
+	}
+	return doc
+}
+
+// ranking returns the trial numbers that count, best first, and the winner.
+func ranking(doc rescoreDoc) []int {
+	var out []int
+	for _, r := range doc.Trials {
+		if r.NewRank > 0 {
+			out = append(out, r.Trial)
+		}
+	}
+	return out
+}
+
+func TestRescoreStricterSLOChangesRanking(t *testing.T) {
+	db := seedStudy(t, t.TempDir(), rankingTrials, nil)
+
+	// Under the run's SLO (TTFT p99 < 2 s) fast wins; rescoring with the
+	// same SLO reproduces the stored ranking.
+	same := rescoreJSON(t, "--storage", db, "--slo", "ttft p99 < 2s")
+	if got := ranking(same); fmt.Sprint(got) != "[0 1 2]" {
+		t.Fatalf("same SLO: ranking %v, want [0 1 2]", got)
+	}
+	for _, r := range same.Trials {
+		if r.OldRank != r.NewRank || r.OldScore == nil || *r.OldScore != r.NewScore {
+			t.Errorf("same SLO changed trial %d: %+v", r.Trial, r)
+		}
+	}
+	if same.Score.Concurrency != 64 {
+		t.Errorf("rescore read concurrency %d, want the run's 64 (from its score reasons)", same.Score.Concurrency)
+	}
+
+	// TTFT p99 < 1 s: fast's tail (p99 ~1.59 s) now misses; steady wins.
+	strict := rescoreJSON(t, "--storage", db, "--slo", "ttft p99 < 1s")
+	if got := ranking(strict); fmt.Sprint(got) != "[1 2]" {
+		t.Fatalf("strict SLO: ranking %v, want [1 2]", got)
+	}
+	for _, r := range strict.Trials {
+		if r.Trial == 0 && (r.NewOK || r.OldRank != 1 || !strings.Contains(r.Reason, "ttft p99")) {
+			t.Errorf("fast under ttft p99 < 1s: %+v", r)
+		}
+	}
+
+	// Goodput from the per-request records: under TTFT < 1 s (each request
+	// its own), fast keeps only the requests below 1 s, about 57% of its
+	// tokens (1,143 tok/s); steady keeps all of its 1,800.
+	good := rescoreJSON(t, "--storage", db, "--metric", "goodput", "--slo", "ttft p99 < 1s")
+	if got := ranking(good); fmt.Sprint(got) != "[1 2 0]" {
+		t.Fatalf("goodput: ranking %v, want [1 2 0]", got)
+	}
+	for _, r := range good.Trials {
+		if r.Trial == 0 && (r.NewScore < 1000 || r.NewScore > 1300) {
+			t.Errorf("fast's goodput %.1f, want about 1,143 (37 of 64 requests within 1 s)", r.NewScore)
+		}
+		if r.Requests != 64 {
+			t.Errorf("trial %d: %d request records read, want 64", r.Trial, r.Requests)
+		}
+	}
+
+	// The table names the new winner beside the old one.
+	code, out := cli(t, nil, nil, "rescore", "--storage", db, "--slo", "ttft p99 < 1s")
+	if code != 0 || !strings.Contains(out, "winner: trial 1 (was trial 0)") || !strings.Contains(out, "NEW  OLD  TRIAL") {
+		t.Errorf("rescore table: exit %d\n%s", code, out)
+	}
+}
+
+func TestRescoreUsesStoredSpec(t *testing.T) {
+	spec := `{"metric":"output_tok_s","concurrency":64,"slo":[{"metric":"ttft","percentile":"p99","max_s":0.5}]}`
+	db := seedStudy(t, t.TempDir(), rankingTrials, map[string]string{attrScoreSpec: spec})
+	// Only --concurrency given: the stored SLO (p99 < 0.5 s) holds, so
+	// only slow (p99 0.3 s) counts.
+	doc := rescoreJSON(t, "--storage", db, "--concurrency", "64")
+	if got := ranking(doc); fmt.Sprint(got) != "[2]" {
+		t.Errorf("stored SLO: ranking %v, want [2]", got)
+	}
+	// --slo none drops it: throughput alone.
+	doc = rescoreJSON(t, "--storage", db, "--slo", "none")
+	if got := ranking(doc); fmt.Sprint(got) != "[0 1 2]" {
+		t.Errorf("no SLO: ranking %v, want [0 1 2]", got)
+	}
+}
+
+func TestRescoreBadInput(t *testing.T) {
+	db := seedStudy(t, t.TempDir(), rankingTrials[:1], nil)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--slo", "ttft p99 under 1s"}, "want METRIC STAT < VALUE"},
+		{[]string{"--slo", "tpot p99 < 1s"}, "valid: ttft, latency, itl"},
+		{[]string{"--slo", "ttft p95 < 1s"}, "valid: mean, p50, p90, p99"},
+		{[]string{"--slo", "ttft p99 < 0s"}, "positive"},
+		{[]string{"--metric", "speed"}, "want output_tok_s, goodput or capacity"},
+		{[]string{"--metric", "goodput", "--slo", "itl p99 < 0.05s"}, "inter-token latency"},
+		{nil, "say what to change"},
+		{[]string{"--slo", "ttft p99 < 1s", "--study", "nope"}, `no study "nope"`},
+	} {
+		code, out := cli(t, nil, nil, append([]string{"rescore", "--storage", db}, tt.args...)...)
+		if code != exitUsage || !strings.Contains(out, tt.want) {
+			t.Errorf("rescore %q: exit %d, want 2 with %q:\n%s", tt.args, code, tt.want, out)
+		}
+	}
+	code, out := cli(t, nil, nil, "rescore", "--storage", filepath.Join(t.TempDir(), "none.db"), "--slo", "ttft p99 < 1s")
+	if code != exitUsage || !strings.Contains(out, "no storage") {
+		t.Errorf("missing storage: exit %d\n%s", code, out)
+	}
+}
+
+func TestParseSLO(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want objective.SLO
+	}{
+		{"ttft p99 < 1s", objective.SLO{Metric: "ttft", Percentile: "p99", Max: 1}},
+		{"TTFT P90<=250ms", objective.SLO{Metric: "ttft", Percentile: "p90", Max: 0.25}},
+		{"latency median < 20", objective.SLO{Metric: "latency", Percentile: "p50", Max: 20}},
+		{" itl mean ≤ 0.05s ", objective.SLO{Metric: "itl", Percentile: "mean", Max: 0.05}},
+		{"ttft p99 < 1e-1s", objective.SLO{Metric: "ttft", Percentile: "p99", Max: 0.1}},
+	} {
+		got, err := parseSLO(tt.in)
+		if err != nil || got != tt.want {
+			t.Errorf("parseSLO(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{"", "ttft", "ttft p99", "ttft p99 > 1s", "ttft p99 < -1s", "ttft p99 < 1h", "ttft p99 < 1s extra", "ttft p99 < 0ms"} {
+		if _, err := parseSLO(bad); err == nil {
+			t.Errorf("parseSLO(%q) accepted", bad)
+		}
+	}
+}
+
+// FuzzParseSLO: any text either fails cleanly or gives a valid SLO that
+// prints back (as rescore shows it) to the same SLO.
+func FuzzParseSLO(f *testing.F) {
+	for _, s := range []string{"ttft p99 < 1s", "latency p50 <= 250ms", "itl mean < 0.05", "ttft p99 < 1e309", "x y < .5"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		o, err := parseSLO(s)
+		if err != nil {
+			return
+		}
+		if err := (objective.ScoreSpec{SLO: []objective.SLO{o}}).Validate(); err != nil {
+			t.Fatalf("parseSLO(%q) = %+v, which the score rejects: %v", s, o, err)
+		}
+		back, err := parseSLO(sloList([]objective.SLO{o}))
+		if err != nil || back != o {
+			t.Fatalf("parseSLO(%q) = %+v prints as %q, which reads back as %+v, %v", s, o, sloList([]objective.SLO{o}), back, err)
+		}
+	})
+}

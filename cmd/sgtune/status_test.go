@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/c-bata/goptuna"
+
+	"github.com/sgtune/sgtune/storage"
+)
+
+// syncBuffer is an output the watch writes while the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestStatusTable(t *testing.T) {
+	db := seedStudy(t, t.TempDir(), rankingTrials, map[string]string{attrBudget: "10"})
+	code, out := cli(t, nil, nil, "status", "--storage", db)
+	if code != 0 {
+		t.Fatalf("status: exit %d\n%s", code, out)
+	}
+	lines := strings.Split(out, "\n")
+	if lines[0] != "study rescore: 3 trials (3 complete); 3 of 10 launched" {
+		t.Errorf("summary line: %q", lines[0])
+	}
+	head := lines[1]
+	for _, col := range []string{"#", "STATE", "SCORE", "SLO", "TIME", "DETAIL", "PARAMS"} {
+		if !strings.Contains(head, col) {
+			t.Errorf("header %q lacks %s", head, col)
+		}
+	}
+	// Aligned: every row's state starts in the STATE column.
+	at := strings.Index(head, "STATE")
+	for _, row := range lines[2:5] {
+		if len(row) <= at || row[at:at+8] != "complete" {
+			t.Errorf("row not aligned under STATE (col %d): %q", at, row)
+		}
+	}
+	if !strings.Contains(out, "best: trial 0 (score 2000.00)") {
+		t.Errorf("no best line:\n%s", out)
+	}
+}
+
+// addRunning stores a RUNNING trial owned by host:pid.
+func addRunning(t *testing.T, db, owner string) int {
+	t.Helper()
+	st, err := storage.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sid, err := st.GetStudyIDFromName("rescore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := st.CreateNewTrial(sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetTrialSystemAttr(id, "sgtune.owner", owner); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// watch runs `status --watch` in the background; the returned channel
+// gives its exit code.
+func watch(t *testing.T, ctx context.Context, out *syncBuffer, args ...string) <-chan int {
+	done := make(chan int, 1)
+	a := &app{stdout: out, stderr: out, getenv: os.Getenv}
+	go func() { done <- a.execute(ctx, append([]string{"status", "--watch"}, args...)) }()
+	return done
+}
+
+func TestStatusWatchFollowsRunUntilItEnds(t *testing.T) {
+	db := seedStudy(t, t.TempDir(), rankingTrials, nil)
+	// A stand-in for the run's process: the watch follows it while it lives.
+	proc := exec.Command("sleep", "60")
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = proc.Process.Kill(); _, _ = proc.Process.Wait() }()
+	host, _ := os.Hostname()
+	id := addRunning(t, db, fmt.Sprintf("%s:%d", host, proc.Process.Pid))
+
+	var out syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := watch(t, ctx, &out, "20ms", "--storage", db)
+	deadline := time.After(20 * time.Second)
+	for !strings.Contains(out.String(), "running: trial 3") {
+		select {
+		case code := <-done:
+			t.Fatalf("watch ended (exit %d) while trial 3 ran:\n%s", code, out.String())
+		case <-deadline:
+			t.Fatalf("watch never showed the running trial:\n%s", out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// Many reads later it still watches: the trial runs and its owner lives.
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case code := <-done:
+		t.Fatalf("watch ended (exit %d) while the run was alive:\n%s", code, out.String())
+	default:
+	}
+
+	// The trial completes and the run's process exits: the watch shows the
+	// new state and ends by itself.
+	st, err := storage.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"sgtune.state": "complete", "sgtune.score": "2500", "sgtune.score_ok": "true"} {
+		if err := st.SetTrialUserAttr(id, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.SetTrialState(id, goptuna.TrialStateComplete); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	_ = proc.Process.Kill()
+	_, _ = proc.Process.Wait()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("watch exit %d", code)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("watch did not end after the run ended:\n%s", out.String())
+	}
+	got := out.String()
+	if !strings.Contains(got, "best: trial 3 (score 2500.00)") || !strings.Contains(got, "has ended") {
+		t.Errorf("watch output lacks the final state or why it ended:\n%s", got)
+	}
+	// Not a terminal: the table is printed again only when it changed.
+	if n := strings.Count(got, "study rescore:"); n < 2 || n > 4 {
+		t.Errorf("table printed %d times, want once per change (2..4):\n%s", n, got)
+	}
+}
+
+func TestStatusWatchEnds(t *testing.T) {
+	host, _ := os.Hostname()
+	for _, tt := range []struct {
+		name, owner, want string
+	}{
+		{"finished study", "", "nothing changed for 3 reads"},
+		{"run on another host", "elsewhere.example:4242", "nothing changed for 3 reads"},
+		{"killed run leaves a stale running trial", host + ":999999999", "has ended"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			db := seedStudy(t, t.TempDir(), rankingTrials, nil)
+			id := -1
+			if tt.owner != "" {
+				id = addRunning(t, db, tt.owner)
+			}
+			if tt.name == "run on another host" {
+				// Its trial finished; the owner cannot be checked from here.
+				st, err := storage.Open(db)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := st.SetTrialState(id, goptuna.TrialStateComplete); err != nil {
+					t.Fatal(err)
+				}
+				st.Close()
+			}
+			var out syncBuffer
+			select {
+			case code := <-watch(t, context.Background(), &out, "--storage", db, "--watch=10ms"):
+				if code != 0 || !strings.Contains(out.String(), tt.want) {
+					t.Errorf("exit %d, want 0 and %q:\n%s", code, tt.want, out.String())
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("watch did not end:\n%s", out.String())
+			}
+		})
+	}
+}
+
+func TestStatusBadInput(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.db")
+	for _, args := range [][]string{
+		{"status", "--storage", missing, "--watch"},
+		{"status", "--storage", missing},
+		{"status", "--storage", missing, "5s"},
+		{"status", "--storage", missing, "--watch", "--json"},
+		{"status", "--storage", missing, "--watch=-1s"},
+	} {
+		if code, out := cli(t, nil, nil, args...); code != exitUsage {
+			t.Errorf("%q: exit %d, want 2\n%s", args, code, out)
+		}
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Errorf("status created %s", missing)
+	}
+}

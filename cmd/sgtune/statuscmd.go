@@ -1,0 +1,311 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sgtune/sgtune/search"
+	"github.com/sgtune/sgtune/space"
+)
+
+// defaultWatch is the refresh interval of a bare --watch.
+const defaultWatch = 2 * time.Second
+
+func (a *app) statusCmd() *cobra.Command {
+	var sf studyFlags
+	var asJSON bool
+	var watch time.Duration
+	cmd := &cobra.Command{
+		Use:   "status [--watch [INTERVAL]]",
+		Short: "List every trial of a study: state, score, SLO verdict, time, failure reason and params",
+		Long: `Status prints every trial of a study as an aligned table, with a summary line:
+trials by state, launches used, the running trial and the best so far.
+
+--watch follows a running study from another shell: it re-reads the storage
+every INTERVAL (default 2s; --watch 5s or --watch=5s) and redraws the table
+(on a terminal; elsewhere it prints the table again only when it changed). It
+ends on Ctrl-C, or when no trial is running and the run has ended: the process
+that owned the last trial is gone (same host), or, for a run on another host,
+nothing changed for three intervals. Status only reads: it never creates or
+changes a database.`,
+		Example: `  sgtune status
+  sgtune status --storage runs/glm.db --watch
+  sgtune status --watch 10s`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			// pflag cannot give --watch an optional separate value, so
+			// "--watch 5s" arrives as a bare --watch and an argument.
+			if d, err := time.ParseDuration(args[0]); err == nil && len(args) == 1 && cmd.Flags().Changed("watch") && d > 0 {
+				watch = d
+				return nil
+			}
+			return badInput(fmt.Errorf("status takes no arguments, got %q (an interval goes with --watch, e.g. --watch 5s) (see '%s --help')", args, cmd.CommandPath()))
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("watch") {
+				if asJSON {
+					return badInput(errors.New("--watch and --json do not go together; poll `sgtune status --json` instead"))
+				}
+				if watch <= 0 {
+					return badInput(fmt.Errorf("--watch %s: want a positive interval such as 2s", watch))
+				}
+				return a.watchStatus(cmd.Context(), sf, watch)
+			}
+			d, err := sf.open()
+			if err != nil {
+				return err
+			}
+			defer d.store.Close()
+			if asJSON {
+				return writeJSON(a.stdout, struct {
+					Study  string          `json:"study"`
+					Trials []search.Record `json:"trials"`
+				}{d.name, d.recs})
+			}
+			_, err = io.WriteString(a.stdout, statusText(d, time.Now()))
+			return err
+		},
+	}
+	sf.register(cmd)
+	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, "print the trials as JSON")
+	f.DurationVar(&watch, "watch", 0, "follow the study, re-reading the storage every INTERVAL (default 2s) until the run ends")
+	f.Lookup("watch").NoOptDefVal = defaultWatch.String()
+	return cmd
+}
+
+// statusText renders the study as the status table and summary.
+func statusText(d *studyData, now time.Time) string {
+	var b strings.Builder
+	counts := map[string]int{}
+	launched := 0
+	var running []search.Record
+	for _, r := range d.recs {
+		counts[r.State]++
+		if r.LogPath != "" || len(r.Facts) > 0 || r.State == search.StateComplete || r.State == search.StateRunning {
+			launched++
+		}
+		if r.State == search.StateRunning {
+			running = append(running, r)
+		}
+	}
+	states := make([]string, 0, len(counts))
+	for s := range counts {
+		states = append(states, s)
+	}
+	sort.Strings(states)
+	parts := make([]string, len(states))
+	for i, s := range states {
+		parts[i] = fmt.Sprintf("%d %s", counts[s], s)
+	}
+	budget := ""
+	if n := d.budget(); n > 0 {
+		budget = fmt.Sprintf(" of %d", n)
+	}
+	fmt.Fprintf(&b, "study %s: %d trials (%s); %d%s launched\n", d.name, len(d.recs), strings.Join(parts, ", "), launched, budget)
+
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tSTATE\tSCORE\tSLO\tTIME\tDETAIL\tPARAMS")
+	for _, r := range d.recs {
+		slo := ""
+		if r.State == search.StateComplete && r.Score != nil {
+			slo = "meets"
+			if !r.ScoreOK {
+				slo = "misses"
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Number, r.State, scoreCell(r), slo, timeCell(r, now),
+			detail(r), space.Params(r.Params).String())
+	}
+	tw.Flush()
+	for _, r := range running {
+		fmt.Fprintf(&b, "running: trial %d for %s", r.Number, clock(now.Sub(r.Start)))
+		if r.Owner != "" {
+			fmt.Fprintf(&b, " (process %s)", r.Owner)
+		}
+		fmt.Fprintln(&b)
+	}
+	if best, ok := search.Best(d.recs); ok {
+		fmt.Fprintf(&b, "best: trial %d (score %.2f)\n", best.Number, *best.Score)
+	} else {
+		fmt.Fprintln(&b, "best: none yet (no complete trial meets the SLO and gates)")
+	}
+	return b.String()
+}
+
+func scoreCell(r search.Record) string {
+	if r.Score == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*r.Score, 'f', 1, 64)
+}
+
+// timeCell is a trial's duration, or for a running one the time so far.
+func timeCell(r search.Record, now time.Time) string {
+	switch {
+	case r.State == search.StateRunning && !r.Start.IsZero():
+		return clock(now.Sub(r.Start)) + "+"
+	case r.DurationS > 0:
+		return clock(time.Duration(r.DurationS * float64(time.Second)))
+	case r.End != nil && !r.Start.IsZero():
+		return clock(r.End.Sub(r.Start))
+	}
+	return "-"
+}
+
+// clock prints a duration as 42s, 3m05s or 2h07m.
+func clock(d time.Duration) string {
+	s := int(d.Round(time.Second) / time.Second)
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm%02ds", s/60, s%60)
+	}
+	return fmt.Sprintf("%dh%02dm", s/3600, (s%3600)/60)
+}
+
+// watchStatus redraws the status every interval until the run ends or ctx
+// is cancelled (Ctrl-C).
+func (a *app) watchStatus(ctx context.Context, sf studyFlags, interval time.Duration) error {
+	store, err := openExisting(sf.storage)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	tty := isTerminal(a.stdout)
+	host, _ := os.Hostname()
+	var last string
+	quiet, failures := 0, 0
+	lastCount := -1
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		d, err := readStudy(store, sf.study)
+		switch {
+		case err != nil && lastCount < 0:
+			// The first read decides: no such study is bad input.
+			return err
+		case err != nil:
+			// A busy database or a transient read error: try again, but
+			// not forever.
+			if failures++; failures == 3 {
+				return fmt.Errorf("status --watch: %w", err)
+			}
+		default:
+			failures = 0
+			text := statusText(d, time.Now())
+			done, why := runEnded(d.recs, host, lastCount, &quiet)
+			lastCount = len(d.recs)
+			switch {
+			case tty:
+				fmt.Fprint(a.stdout, "\x1b[H\x1b[2J"+text)
+				if !done {
+					fmt.Fprintf(a.stdout, "watching %s every %s; Ctrl-C to stop\n", sf.storage, interval)
+				}
+			case text != last:
+				if last != "" {
+					fmt.Fprintln(a.stdout)
+				}
+				fmt.Fprint(a.stdout, text)
+			}
+			last = text
+			if done {
+				fmt.Fprintf(a.stdout, "watch ended: %s\n", why)
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// quietPolls is how many unchanged reads without a running trial end a
+// watch when the run's process cannot be checked (another host).
+const quietPolls = 3
+
+// runEnded says whether a watched run is over: no trial is running or
+// waiting and the process that owned the latest trial is gone, or (owner on
+// another host or unknown) nothing changed for quietPolls reads.
+func runEnded(recs []search.Record, host string, lastCount int, quiet *int) (bool, string) {
+	var owner string
+	for _, r := range recs {
+		// A running trial whose process died (kill -9) is stale, not running:
+		// the next run re-runs it.
+		if r.State == search.StateWaiting || (r.State == search.StateRunning && ownerAlive(r.Owner, host) != aliveNo) {
+			*quiet = 0
+			return false, ""
+		}
+		if r.Owner != "" {
+			owner = r.Owner // records are in trial order: the latest wins
+		}
+	}
+	switch ownerAlive(owner, host) {
+	case aliveNo:
+		return true, fmt.Sprintf("no trial is running and the run (process %s) has ended", owner)
+	case aliveYes:
+		*quiet = 0
+		return false, ""
+	}
+	if len(recs) == lastCount {
+		*quiet++
+	} else {
+		*quiet = 0
+	}
+	if *quiet >= quietPolls {
+		return true, fmt.Sprintf("no trial is running and nothing changed for %d reads", quietPolls)
+	}
+	return false, ""
+}
+
+type aliveness int
+
+const (
+	aliveUnknown aliveness = iota
+	aliveYes
+	aliveNo
+)
+
+// ownerAlive checks a trial owner ("host:pid") when it is a process of
+// this host; another host's process cannot be checked from here.
+func ownerAlive(owner, host string) aliveness {
+	h, p, ok := strings.Cut(owner, ":")
+	if !ok || h != host || host == "" {
+		return aliveUnknown
+	}
+	pid, err := strconv.Atoi(p)
+	if err != nil || pid <= 0 {
+		return aliveUnknown
+	}
+	// Signal 0 checks existence; EPERM means it exists under another user.
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return aliveNo
+	}
+	return aliveYes
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/sgtune/sgtune/engine"
+	"github.com/sgtune/sgtune/objective"
+	"github.com/sgtune/sgtune/report"
+	"github.com/sgtune/sgtune/search"
+	"github.com/sgtune/sgtune/storage"
+)
+
+// Study user attributes the reading commands use when the run stored them;
+// each is optional and the output leaves out what it cannot show.
+const (
+	attrScoreSpec    = "sgtune.score_spec"    // JSON objective.ScoreSpec
+	attrBudget       = "sgtune.budget_trials" // launches the study may use
+	attrConfirmation = "sgtune.confirmation"  // JSON []report.Confirmation
+	attrFlagsSchema  = "sgtune.flags_schema"  // path of the study's own flag schema
+)
+
+// studyData is one study as the reading commands see it. The caller closes store.
+type studyData struct {
+	store *storage.Store
+	name  string
+	id    int
+	recs  []search.Record
+	attrs map[string]string // study user attributes
+}
+
+// open reads the chosen study. It never creates a database.
+func (sf *studyFlags) open() (*studyData, error) {
+	store, err := openExisting(sf.storage)
+	if err != nil {
+		return nil, err
+	}
+	d, err := readStudy(store, sf.study)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func readStudy(store *storage.Store, want string) (*studyData, error) {
+	name, err := pickStudy(store, want)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := search.Records(store, name)
+	if errors.Is(err, search.ErrNoStudy) {
+		return nil, badInput(err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	id, err := store.GetStudyIDFromName(name)
+	if err != nil {
+		return nil, fmt.Errorf("find study %q: %w", name, err)
+	}
+	attrs, err := store.GetStudyUserAttrs(id)
+	if err != nil {
+		return nil, fmt.Errorf("read attributes of study %q: %w", name, err)
+	}
+	return &studyData{store: store, name: name, id: id, recs: recs, attrs: attrs}, nil
+}
+
+// scoreSpec returns the study's stored score spec, if the run stored it.
+func (d *studyData) scoreSpec() (objective.ScoreSpec, bool) {
+	var s objective.ScoreSpec
+	raw := d.attrs[attrScoreSpec]
+	if raw == "" || json.Unmarshal([]byte(raw), &s) != nil {
+		return objective.ScoreSpec{}, false
+	}
+	return s, true
+}
+
+var scoredAtRE = regexp.MustCompile(`at c=(\d+)`)
+
+// scoredConcurrency is the level the study's score reads: the stored spec's,
+// else the level the score reasons name most often ("... at c=64"), else 0.
+func (d *studyData) scoredConcurrency() int {
+	if s, ok := d.scoreSpec(); ok && s.Concurrency > 0 {
+		return s.Concurrency
+	}
+	votes := map[int]int{}
+	for _, r := range d.recs {
+		if m := scoredAtRE.FindStringSubmatch(r.ScoreReason); m != nil && r.ScoreOK {
+			c, _ := strconv.Atoi(m[1])
+			votes[c]++
+		}
+	}
+	best, n := 0, 0
+	for c, v := range votes {
+		if v > n || (v == n && c > best) {
+			best, n = c, v
+		}
+	}
+	return best
+}
+
+// specText describes the stored score spec for a reader.
+func specText(s objective.ScoreSpec) string {
+	metric := map[string]string{"": "output tok/s", objective.MetricOutputTokS: "output tok/s",
+		objective.MetricGoodput: "goodput tok/s", objective.MetricCapacity: "highest concurrency"}[s.Metric]
+	if metric == "" {
+		metric = s.Metric
+	}
+	switch {
+	case s.Metric == objective.MetricCapacity:
+	case s.Concurrency > 0:
+		metric += fmt.Sprintf(" at c=%d", s.Concurrency)
+	default:
+		metric += " at the highest level"
+	}
+	if len(s.SLO) > 0 {
+		metric += " with " + sloList(s.SLO)
+	}
+	return metric
+}
+
+// sloList renders SLOs as "ttft p99 < 1s, latency p50 < 10s".
+func sloList(slos []objective.SLO) string {
+	parts := make([]string, len(slos))
+	for i, o := range slos {
+		parts[i] = fmt.Sprintf("%s %s < %ss", o.Metric, o.Percentile, strconv.FormatFloat(o.Max, 'g', -1, 64))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// budget returns the stored launch budget (0 when not stored).
+func (d *studyData) budget() int {
+	n, err := strconv.Atoi(d.attrs[attrBudget])
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// confirmations returns the stored confirmation reruns (nil when none).
+func (d *studyData) confirmations() []report.Confirmation {
+	var cs []report.Confirmation
+	if raw := d.attrs[attrConfirmation]; raw == "" || json.Unmarshal([]byte(raw), &cs) != nil {
+		return nil
+	}
+	return cs
+}
+
+// modelRevision returns the model revision a trial served: its own
+// attribute, else the study's, else "".
+func (d *studyData) modelRevision(r search.Record) string {
+	if r.ModelRev != "" {
+		return r.ModelRev
+	}
+	return d.attrs[storage.AttrModelRevision]
+}
+
+// levels returns a record's stored medians as report levels, ascending.
+func levels(r search.Record) []report.Level {
+	var out []report.Level
+	for c, m := range r.Medians() {
+		out = append(out, report.Level{
+			Concurrency: c, Repeats: m.Repeats, OutputTokS: m.OutputTokS,
+			TTFTP50: m.TTFTP50, TTFTP99: m.TTFTP99, LatencyP99: m.LatencyP99,
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Concurrency < out[j].Concurrency })
+	return out
+}
+
+// figuresAt returns a trial's key figures at the scored level (its highest
+// level when conc is 0); nil when it has no measurement there.
+func figuresAt(r search.Record, conc int) *report.Figures {
+	ls := levels(r)
+	if len(ls) == 0 {
+		return nil
+	}
+	l := ls[len(ls)-1]
+	if conc > 0 {
+		found := false
+		for _, x := range ls {
+			if x.Concurrency == conc {
+				l, found = x, true
+			}
+		}
+		if !found {
+			return nil
+		}
+	}
+	return &report.Figures{Concurrency: l.Concurrency, OutputTokS: l.OutputTokS, TTFTP99: l.TTFTP99}
+}
+
+// flagSchema returns the schema an export is checked against: file when
+// given, else the study's own schema file when the run stored its path,
+// else the bundled schema of the trial's engine and version (or the
+// engine's default version, with a note on warn).
+func (d *studyData) flagSchema(r search.Record, file string, warn io.Writer) (*engine.FlagSchema, error) {
+	if file == "" {
+		file = d.attrs[attrFlagsSchema]
+	}
+	if file != "" {
+		s, err := engine.LoadSchemaFile(file)
+		if err != nil {
+			return nil, badInput(fmt.Errorf("--flags-schema: %w", err))
+		}
+		return s, nil
+	}
+	name := r.EngineName
+	if name == "" {
+		name = engine.SGLang.Name
+	}
+	e, err := engine.Lookup(name)
+	if err != nil {
+		return nil, badInput(fmt.Errorf("trial %d: %w; pass --flags-schema FILE", r.Number, err))
+	}
+	s, ok, err := e.Schema(r.Version)
+	if err != nil {
+		return nil, fmt.Errorf("flag schema: %w", err)
+	}
+	if !ok {
+		fmt.Fprintf(warn, "note: no bundled flag schema for %s version %q; checking flags against %s\n", e.Name, r.Version, s.Source)
+	}
+	return s, nil
+}

@@ -1,0 +1,54 @@
+package report
+
+import (
+	_ "embed"
+	"html/template"
+	"io"
+	"strconv"
+	"strings"
+)
+
+//go:embed page.html.tmpl
+var pageSource string
+
+// page is the study page: one file, inline CSS and script, plots as SVG
+// files beside it. Nothing is fetched from the network.
+var page = template.Must(template.New("index.html").Funcs(template.FuncMap{
+	"score": func(s *float64) string {
+		if s == nil {
+			return "–"
+		}
+		return formatScore(*s)
+	},
+	"params":    paramString,
+	"flagLines": flagLines,
+	"toks":      func(x float64) string { return group(strconv.FormatFloat(x, 'f', 0, 64)) },
+	"secs":      secs,
+	// wrap lets long parameter names break after an underscore.
+	"wrap": func(s string) template.HTML {
+		parts := strings.Split(s, "_")
+		for i, p := range parts {
+			parts[i] = template.HTMLEscapeString(p)
+		}
+		return template.HTML(strings.Join(parts, "_<wbr>"))
+	},
+}).Parse(pageSource))
+
+func writeHTML(w io.Writer, v *view) error {
+	return page.Execute(w, v)
+}
+
+// flagLines writes one flag (with its value) per line, continued with a
+// backslash, the way the exported script does.
+func flagLines(flags []string) string {
+	var lines []string
+	for i := 0; i < len(flags); i++ {
+		l := flags[i]
+		if i+1 < len(flags) && !strings.HasPrefix(flags[i+1], "--") {
+			l += " " + shellQuote(flags[i+1])
+			i++
+		}
+		lines = append(lines, l)
+	}
+	return strings.Join(lines, " \\\n")
+}

@@ -1,0 +1,150 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// writeMarkdown writes report.md: the same study as the page, for a
+// terminal, a pull request or a wiki.
+func writeMarkdown(w io.Writer, v *view) {
+	st := v.St
+	fmt.Fprintf(w, "# Study %s\n\n", st.Name)
+	budget := ""
+	if st.Budget > 0 {
+		budget = fmt.Sprintf(" of %d", st.Budget)
+	}
+	fmt.Fprintf(w, "%d trials (%s); %d%s launches; %s of launch and measurement time", len(st.Trials), v.Counts, v.Launched, budget, v.Measured)
+	if v.Wall != "" {
+		fmt.Fprintf(w, ", %s wall time", v.Wall)
+	}
+	fmt.Fprintf(w, ". Storage: `%s`.\n\n", st.Storage)
+	if st.Score != "" {
+		fmt.Fprintf(w, "Score: %s.\n\n", st.Score)
+	}
+	if v.Generated != "" {
+		fmt.Fprintf(w, "Generated %s.\n\n", v.Generated)
+	}
+
+	if st.Best == nil {
+		fmt.Fprintln(w, "No trial met the score's SLO and quality gates.")
+		fmt.Fprintln(w)
+	} else {
+		b := st.Best
+		fmt.Fprintf(w, "## Best: trial %d, score %.2f\n\n", b.Number, *b.Score)
+		fmt.Fprintf(w, "```\n%s\n```\n\n", strings.Join(b.Flags, " "))
+		levelTable(w, b.Levels)
+	}
+	if len(v.Confirm) > 0 {
+		fmt.Fprintln(w, "## Confirmation reruns")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| trial | rerun scores | pooled | spread | spread / pooled |")
+		fmt.Fprintln(w, "|---|---|---|---|---|")
+		for _, c := range v.Confirm {
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s |\n", c.Trial, c.Scores, c.Pooled, c.Spread, c.Rel)
+		}
+		fmt.Fprintln(w)
+		if v.Tie != "" {
+			fmt.Fprintf(w, "**%s**\n\n", v.Tie)
+		}
+	}
+	for _, p := range v.Plots {
+		fmt.Fprintf(w, "![%s](%s)\n\n", p.Alt, p.File)
+	}
+	if len(v.Ranked) > 0 {
+		fmt.Fprintln(w, "## Ranking")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| rank | trial | score | params |")
+		fmt.Fprintln(w, "|---|---|---|---|")
+		for i, t := range v.Ranked {
+			if i == 10 {
+				break
+			}
+			fmt.Fprintf(w, "| %d | %d | %.2f | %s |\n", i+1, t.Number, *t.Score, paramString(t.Params))
+		}
+		fmt.Fprintln(w)
+	}
+	if m := v.Matrix; m != nil {
+		fmt.Fprintf(w, "## Context × concurrency (trial %d)\n\n", m.Trial)
+		fmt.Fprintln(w, "Sustained decode, total tok/s (TTFT); rows are context length, columns simultaneous requests.")
+		fmt.Fprintln(w)
+		fmt.Fprint(w, "| context | prefill |")
+		for _, c := range m.Columns {
+			fmt.Fprintf(w, " %d |", c)
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "|---|---|"+strings.Repeat("---|", len(m.Columns)))
+		for i, r := range m.Rows {
+			fmt.Fprintf(w, "| %s | %s |", r.Context, cellText(m.Prefill[i]))
+			for _, c := range r.Cells {
+				fmt.Fprintf(w, " %s |", cellText(c))
+			}
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Requests queued: the server could not run all requests at once, so some waited in a queue. Over capacity: not run because this many requests at this context would exceed the server's KV cache. Not run: skipped during the run, or the run stopped early.")
+		fmt.Fprintln(w)
+	}
+	if len(v.Failures) > 0 {
+		fmt.Fprintln(w, "## Failures and rejections")
+		fmt.Fprintln(w)
+		for _, f := range v.Failures {
+			exit := ""
+			if f.ExitCode != "" {
+				exit = ", exit " + f.ExitCode
+			}
+			fmt.Fprintf(w, "- trial %d, %s: %s%s: %s (%s)\n", f.Number, f.State, f.Class, exit, mdEscape(f.Reason), f.Params)
+			if f.Excerpt != "" {
+				fmt.Fprintf(w, "\n  ```\n  %s\n  ```\n", strings.ReplaceAll(f.Excerpt, "\n", "\n  "))
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w, "## All trials")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| trial | state | score | detail | params |")
+	fmt.Fprintln(w, "|---|---|---|---|---|")
+	for _, t := range st.Trials {
+		score := "-"
+		if t.Score != nil {
+			score = fmt.Sprintf("%.2f", *t.Score)
+			if !t.ScoreOK {
+				score += " (SLO miss)"
+			}
+		}
+		detail := t.Class
+		if t.Reason != "" {
+			detail = strings.TrimPrefix(detail+": "+t.Reason, ": ")
+		}
+		fmt.Fprintf(w, "| %d | %s | %s | %s | %s |\n", t.Number, t.State, score, mdEscape(detail), paramString(t.Params))
+	}
+}
+
+func cellText(c matrixCell) string {
+	if c.Detail == "" {
+		return c.Text
+	}
+	return c.Text + " (" + c.Detail + ")"
+}
+
+func levelTable(w io.Writer, levels []Level) {
+	if len(levels) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "| concurrency | repeats | output tok/s | TTFT p50 (s) | TTFT p99 (s) | latency p99 (s) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	for _, l := range levels {
+		fmt.Fprintf(w, "| %d | %d | %.1f | %.3f | %.3f | %.2f |\n", l.Concurrency, l.Repeats, l.OutputTokS, l.TTFTP50, l.TTFTP99, l.LatencyP99)
+	}
+	fmt.Fprintln(w)
+}
+
+func mdEscape(s string) string {
+	s = strings.ReplaceAll(s, "|", `\|`)
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 160 {
+		s = s[:157] + "..."
+	}
+	return s
+}

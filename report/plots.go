@@ -1,0 +1,419 @@
+package report
+
+import (
+	"bytes"
+	"fmt"
+	"image/color"
+	"math"
+	"sort"
+	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// Colours beyond the line palette: verdicts in the scatter plots.
+var (
+	colMeets  = palette[0]                               // blue: complete, meets the SLO
+	colMisses = palette[1]                               // vermillion: complete, misses the SLO
+	colFailed = color.RGBA{R: 200, G: 30, B: 30, A: 255} // red: failed or infeasible
+	colFront  = color.RGBA{R: 30, G: 30, B: 30, A: 255}
+	colGrid   = color.RGBA{R: 225, G: 225, B: 225, A: 255}
+)
+
+// plotFont is sans-serif: it reads better at the small sizes of a grid of
+// plots than gonum's default serif.
+var plotFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
+
+// newPlot returns a plot with the report's fonts and a light grid.
+func newPlot(title, xlabel, ylabel string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.Title.TextStyle.Font = font.From(plotFont, 12)
+	p.Title.Padding = vg.Points(6)
+	p.X.Label.Text = xlabel
+	p.Y.Label.Text = ylabel
+	for _, a := range []*plot.Axis{&p.X, &p.Y} {
+		a.Label.TextStyle.Font = font.From(plotFont, 10)
+		a.Tick.Label.Font = font.From(plotFont, 9)
+	}
+	p.Legend.TextStyle.Font = font.From(plotFont, 9)
+	p.X.Tick.Marker, p.Y.Tick.Marker = readableTicks, readableTicks
+	g := plotter.NewGrid()
+	g.Vertical.Color, g.Horizontal.Color = colGrid, colGrid
+	p.Add(g)
+	return p
+}
+
+// readableTicks are gonum's default ticks labelled like the page's numbers
+// (35,000 rather than 35000.00).
+var readableTicks = plot.TickerFunc(func(min, max float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(min, max)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = tickLabel(ts[i].Value)
+		}
+	}
+	return ts
+})
+
+// tickLabel prints v with thousands separators and no trailing zeros.
+func tickLabel(v float64) string {
+	if math.Abs(v) >= 1000 {
+		return group(strconv.FormatFloat(math.Round(v), 'f', 0, 64))
+	}
+	return strconv.FormatFloat(v, 'g', 4, 64)
+}
+
+// saveSVG writes p as SVG. The SVG names gonum's Liberation fonts; Arial
+// and Helvetica have the same metrics, so the text fits where they are
+// installed instead, and the page loads no font from anywhere.
+func saveSVG(p *plot.Plot, w, h vg.Length, path string) error {
+	wt, err := p.WriterTo(w, h, "svg")
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if _, err := wt.WriteTo(&buf); err != nil {
+		return err
+	}
+	b := bytes.ReplaceAll(buf.Bytes(), []byte("font-family:Liberation Sans;"),
+		[]byte("font-family:'Liberation Sans',Arial,Helvetica,sans-serif;"))
+	return writeFileAtomic(path, b)
+}
+
+// progressPlot shows each measured trial's score and the best so far.
+func progressPlot(trials []Trial) (*plot.Plot, error) {
+	var ok, miss, best plotter.XYs
+	run := math.Inf(-1)
+	for _, t := range trials {
+		if t.State != "complete" || t.Score == nil {
+			continue
+		}
+		pt := plotter.XY{X: float64(t.Number), Y: *t.Score}
+		if t.ScoreOK {
+			ok = append(ok, pt)
+			run = math.Max(run, *t.Score)
+		} else {
+			miss = append(miss, pt)
+		}
+		if !math.IsInf(run, -1) {
+			best = append(best, plotter.XY{X: float64(t.Number), Y: run})
+		}
+	}
+	if len(ok)+len(miss) == 0 {
+		return nil, nil
+	}
+	p := newPlot("Score by trial", "trial", "score")
+	if len(best) > 0 {
+		l, err := plotter.NewLine(best)
+		if err != nil {
+			return nil, err
+		}
+		l.Width = vg.Points(1.5)
+		l.Color = colFront
+		l.StepStyle = plotter.PostStep
+		p.Add(l)
+		p.Legend.Add("best so far", l)
+	}
+	if err := addScatter(p, ok, colMeets, draw.CircleGlyph{}, "meets SLO"); err != nil {
+		return nil, err
+	}
+	if err := addScatter(p, miss, colMisses, draw.RingGlyph{}, "misses SLO"); err != nil {
+		return nil, err
+	}
+	legendRoom(p, 2)
+	p.Legend.Top = true
+	p.Legend.Left = true
+	return p, nil
+}
+
+// addScatter adds xy (when not empty) with a legend entry.
+func addScatter(p *plot.Plot, xy plotter.XYs, c color.Color, shape draw.GlyphDrawer, legend string) error {
+	if len(xy) == 0 {
+		return nil
+	}
+	s, err := plotter.NewScatter(xy)
+	if err != nil {
+		return err
+	}
+	s.Color = c
+	s.Shape = shape
+	s.Radius = vg.Points(3.5)
+	p.Add(s)
+	if legend != "" {
+		p.Legend.Add(legend, s)
+	}
+	return nil
+}
+
+// levelPlot draws one metric against concurrency (log2 axis) for up to five trials.
+func levelPlot(ranked []Trial, title, ylabel string, metric func(Level) float64) (*plot.Plot, error) {
+	p := newPlot(title, "concurrency (log scale)", ylabel)
+	p.X.Scale = plot.LogScale{}
+	seen := map[int]bool{}
+	var ticks []plot.Tick
+	n := 0
+	for _, t := range ranked {
+		var xy plotter.XYs
+		for _, l := range t.Levels {
+			if l.Concurrency > 0 {
+				xy = append(xy, plotter.XY{X: float64(l.Concurrency), Y: metric(l)})
+				if !seen[l.Concurrency] {
+					seen[l.Concurrency] = true
+					ticks = append(ticks, plot.Tick{Value: float64(l.Concurrency), Label: strconv.Itoa(l.Concurrency)})
+				}
+			}
+		}
+		if len(xy) == 0 {
+			continue
+		}
+		line, points, err := plotter.NewLinePoints(xy)
+		if err != nil {
+			return nil, err
+		}
+		line.Color = palette[n%len(palette)]
+		line.Width = vg.Points(1.5)
+		points.Color = line.Color
+		points.Shape = draw.CircleGlyph{}
+		p.Add(line, points)
+		p.Legend.Add(fmt.Sprintf("trial %d", t.Number), line, points)
+		if n++; n == 5 {
+			break
+		}
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	// Ticks at the measured levels read better than decades.
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	// Low concurrency sits low on both metrics: the legend (top left)
+	// needs less room than its line count.
+	legendRoom(p, (n+1)/2)
+	p.Legend.Top = true
+	p.Legend.Left = true
+	return p, nil
+}
+
+// paretoPoint is one complete trial at its scored level.
+type paretoPoint struct {
+	Trial      int
+	OutputTokS float64
+	TTFTP99    float64
+	OK         bool
+	Front      bool
+}
+
+// paretoFront marks the points no other point beats on both throughput
+// (higher) and TTFT p99 (lower).
+func paretoFront(pts []paretoPoint) {
+	for i := range pts {
+		pts[i].Front = true
+		for j := range pts {
+			a, b := pts[j], pts[i]
+			if i != j && a.OutputTokS >= b.OutputTokS && a.TTFTP99 <= b.TTFTP99 &&
+				(a.OutputTokS > b.OutputTokS || a.TTFTP99 < b.TTFTP99) {
+				pts[i].Front = false
+				break
+			}
+		}
+	}
+}
+
+// paretoPlot draws TTFT p99 against throughput with the front joined.
+func paretoPlot(pts []paretoPoint, level string) (*plot.Plot, error) {
+	if len(pts) == 0 {
+		return nil, nil
+	}
+	p := newPlot("TTFT p99 vs throughput"+level, "output tok/s", "TTFT p99 (s)")
+	var front, ok, miss plotter.XYs
+	var labels []string
+	var all plotter.XYs
+	for _, q := range pts {
+		xy := plotter.XY{X: q.OutputTokS, Y: q.TTFTP99}
+		all = append(all, xy)
+		labels = append(labels, "#"+strconv.Itoa(q.Trial))
+		if q.Front {
+			front = append(front, xy)
+		}
+		if q.OK {
+			ok = append(ok, xy)
+		} else {
+			miss = append(miss, xy)
+		}
+	}
+	sort.Slice(front, func(i, j int) bool { return front[i].X < front[j].X })
+	if len(front) > 1 {
+		l, err := plotter.NewLine(front)
+		if err != nil {
+			return nil, err
+		}
+		l.Color = colFront
+		l.Width = vg.Points(1)
+		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		p.Add(l)
+	}
+	if len(front) > 0 {
+		// The front's rings are drawn larger, around the verdict dots.
+		rs, err := plotter.NewScatter(front)
+		if err != nil {
+			return nil, err
+		}
+		rs.Shape, rs.Color, rs.Radius = draw.RingGlyph{}, colFront, vg.Points(6)
+		p.Add(rs)
+		p.Legend.Add("Pareto front", rs)
+	}
+	if err := addScatter(p, ok, colMeets, draw.CircleGlyph{}, "meets SLO"); err != nil {
+		return nil, err
+	}
+	if err := addScatter(p, miss, colMisses, draw.CircleGlyph{}, "misses SLO"); err != nil {
+		return nil, err
+	}
+	lab, err := plotter.NewLabels(plotter.XYLabels{XYs: all, Labels: labels})
+	if err != nil {
+		return nil, err
+	}
+	for i := range lab.TextStyle {
+		lab.TextStyle[i].Font = font.From(plotFont, 8)
+		lab.TextStyle[i].Color = color.RGBA{R: 80, G: 80, B: 80, A: 255}
+	}
+	lab.Offset = vg.Point{X: vg.Points(5), Y: vg.Points(3)}
+	p.Add(lab)
+	pad(&p.X, 0.08)
+	pad(&p.Y, 0.1)
+	legendRoom(p, 2)
+	p.Legend.Top = true
+	return p, nil
+}
+
+// legendRoom raises the top of the y axis so a legend drawn at the top
+// does not sit on the data.
+func legendRoom(p *plot.Plot, entries int) {
+	r := p.Y.Max - p.Y.Min
+	if r <= 0 {
+		r = math.Max(math.Abs(p.Y.Max), 1)
+	}
+	p.Y.Max += r * (0.12 + 0.10*float64(entries))
+}
+
+// pad widens an axis by frac of its range on both sides (labels need room).
+func pad(a *plot.Axis, frac float64) {
+	r := a.Max - a.Min
+	if r <= 0 {
+		r = math.Max(math.Abs(a.Max), 1)
+	}
+	a.Min -= r * frac
+	a.Max += r * frac
+}
+
+// effectPlot draws the score of every trial by the value of one parameter;
+// failed and infeasible trials sit in a band below the lowest score.
+func effectPlot(name string, trials []Trial) (*plot.Plot, error) {
+	values := paramValues(name, trials)
+	if len(values) < 2 {
+		return nil, nil
+	}
+	pos := map[string]int{}
+	ticks := make([]plot.Tick, len(values))
+	for i, v := range values {
+		pos[v] = i
+		ticks[i] = plot.Tick{Value: float64(i), Label: v}
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, t := range trials {
+		if t.State == "complete" && t.Score != nil {
+			lo, hi = math.Min(lo, *t.Score), math.Max(hi, *t.Score)
+		}
+	}
+	failY := 0.0
+	if !math.IsInf(lo, 1) {
+		failY = lo - 0.15*math.Max(hi-lo, math.Abs(lo)*0.1)
+	}
+	var ok, miss, failed plotter.XYs
+	for _, t := range trials {
+		v := paramText(t.Params, name)
+		x := float64(pos[v]) + jitter(t.Number)
+		switch {
+		case t.State == "complete" && t.Score != nil && t.ScoreOK:
+			ok = append(ok, plotter.XY{X: x, Y: *t.Score})
+		case t.State == "complete" && t.Score != nil:
+			miss = append(miss, plotter.XY{X: x, Y: *t.Score})
+		case t.State == "failed" || t.State == "infeasible":
+			failed = append(failed, plotter.XY{X: x, Y: failY})
+		}
+	}
+	if len(ok)+len(miss)+len(failed) == 0 {
+		return nil, nil
+	}
+	p := newPlot("Score by "+name, name, "score")
+	if err := addScatter(p, ok, colMeets, draw.CircleGlyph{}, "meets SLO"); err != nil {
+		return nil, err
+	}
+	if err := addScatter(p, miss, colMisses, draw.RingGlyph{}, "misses SLO"); err != nil {
+		return nil, err
+	}
+	if err := addScatter(p, failed, colFailed, draw.CrossGlyph{}, "failed / infeasible"); err != nil {
+		return nil, err
+	}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	p.X.Min, p.X.Max = -0.5, float64(len(values))-0.5
+	pad(&p.Y, 0.08)
+	legendRoom(p, 2)
+	p.Legend.Top = true
+	return p, nil
+}
+
+// jitter spreads trials with the same value apart, deterministically.
+func jitter(n int) float64 {
+	return (float64((n*37)%11)/10 - 0.5) * 0.3
+}
+
+// paramValues lists the distinct values a parameter took, numbers in
+// numeric order, "(unset)" last for trials whose config left it out.
+func paramValues(name string, trials []Trial) []string {
+	seen := map[string]bool{}
+	var vals []string
+	for _, t := range trials {
+		if t.Params == nil {
+			continue
+		}
+		v := paramText(t.Params, name)
+		if !seen[v] {
+			seen[v] = true
+			vals = append(vals, v)
+		}
+	}
+	sort.Slice(vals, func(i, j int) bool {
+		a, b := vals[i], vals[j]
+		if (a == unset) != (b == unset) {
+			return b == unset
+		}
+		x, errA := strconv.ParseFloat(a, 64)
+		y, errB := strconv.ParseFloat(b, 64)
+		switch {
+		case errA == nil && errB == nil:
+			return x < y
+		case (errA == nil) != (errB == nil):
+			return errA == nil
+		}
+		return a < b
+	})
+	return vals
+}
+
+const unset = "(unset)"
+
+// paramText renders a parameter value for tables and axes.
+func paramText(params map[string]interface{}, name string) string {
+	v, ok := params[name]
+	if !ok || v == nil {
+		return unset
+	}
+	if f, ok := v.(float64); ok {
+		return strconv.FormatFloat(f, 'g', -1, 64)
+	}
+	return fmt.Sprint(v)
+}
