@@ -48,6 +48,9 @@ func writeMarkdown(w io.Writer, v *view) {
 		if v.Tie != "" {
 			fmt.Fprintf(w, "**%s**\n\n", v.Tie)
 		}
+		if st.Verdict != "" {
+			fmt.Fprintf(w, "Winner: %s.\n\n", st.Verdict)
+		}
 	}
 	for _, p := range v.Plots {
 		fmt.Fprintf(w, "![%s](%s)\n\n", p.Alt, p.File)

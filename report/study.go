@@ -77,6 +77,8 @@ type Study struct {
 	ScoreContext int
 	// Confirmations are the winner's and runners-up's reruns, best first.
 	Confirmations []Confirmation
+	// Verdict says how the study declared its winner from them.
+	Verdict string
 	// Generated is printed in the page when set; tests leave it zero so
 	// the output is byte-for-byte reproducible.
 	Generated time.Time

@@ -299,3 +299,22 @@ func ReadWinner(st StudyStore, study string) (Winner, bool, error) {
 	}
 	return w, true, nil
 }
+
+// Declared returns the trial a study declares best: the confirmed winner
+// when the study declared one, else the best complete trial meeting the
+// SLO and gates (Best). ok is false when there is neither.
+func Declared(st StudyStore, study string, recs []Record) (Record, bool, error) {
+	w, ok, err := ReadWinner(st, study)
+	if err != nil {
+		return Record{}, false, err
+	}
+	if ok {
+		for _, r := range recs {
+			if r.Number == w.Trial {
+				return r, true, nil
+			}
+		}
+	}
+	b, found := Best(recs)
+	return b, found, nil
+}

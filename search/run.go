@@ -8,9 +8,12 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -184,6 +187,9 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		return r.sum, fmt.Errorf("open study %q: %w", st.Name, err)
 	}
 	if r.uid, err = r.studyUID(); err != nil {
+		return r.sum, err
+	}
+	if err := r.describeStudy(); err != nil {
 		return r.sum, err
 	}
 	if err := r.resume(); err != nil {
@@ -426,6 +432,28 @@ func (r *runner) tookOver(number int, reason string) {
 	} else if len(pids) > 0 {
 		r.trialEvent(EventNote, number, "killed %d leftover server process group(s)", len(pids))
 	}
+}
+
+// describeStudy stores what reports and rescore read without the study
+// file: the score spec, the budget, the model revision, the schema file.
+func (r *runner) describeStudy() error {
+	spec, err := json.Marshal(r.st.Score)
+	if err != nil {
+		return err
+	}
+	attrs := map[string]string{storage.AttrScoreSpec: string(spec), storage.AttrBudgetTrials: strconv.Itoa(r.budget)}
+	if r.st.ModelRevision != "" {
+		attrs[storage.AttrModelRevision] = r.st.ModelRevision
+	}
+	if r.st.SchemaFile != "" {
+		attrs[storage.AttrFlagsSchema] = r.st.SchemaFile
+	}
+	for _, k := range slices.Sorted(maps.Keys(attrs)) {
+		if err := r.store.SetStudyUserAttr(r.study.ID, k, attrs[k]); err != nil {
+			return fmt.Errorf("store the study's %s: %w", k, err)
+		}
+	}
+	return nil
 }
 
 // studyUID returns the study's random id, creating it on first use.

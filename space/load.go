@@ -209,7 +209,7 @@ func (d *dec) engine(st *Study, top *mapNode) {
 		case s.Engine != kind.Name:
 			m.failKey("flags_schema", "%s is a schema for engine %q; valid: a schema for %s", schemaPath, s.Engine, kind.Name)
 		default:
-			st.Schema = s
+			st.Schema, st.SchemaFile = s, schemaPath
 		}
 		return
 	}

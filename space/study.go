@@ -34,6 +34,7 @@ type Study struct {
 	ModelRevision   string             // model.revision, recorded with trials and exports
 	Memory          engine.Memory      // KV-capacity hint (memory:)
 	Schema          *engine.FlagSchema `json:"-"`
+	SchemaFile      string             // engine.flags_schema, resolved; "" for the bundled schema
 	OnLimitsReduced string             // reject (default) | accept
 	Workload        objective.Workload
 	Score           objective.ScoreSpec

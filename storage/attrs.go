@@ -49,6 +49,14 @@ const (
 	// AttrConfirmOf (system): on a confirmation run (a top config measured
 	// again before the winner is declared), the original trial's number.
 	AttrConfirmOf = "sgtune.confirm_of"
+	// AttrScoreSpec (study user attr): the study's score spec as JSON, so
+	// reports and rescore read it without the study file.
+	AttrScoreSpec = "sgtune.score_spec"
+	// AttrBudgetTrials (study user attr): the launches the study may use.
+	AttrBudgetTrials = "sgtune.budget_trials"
+	// AttrFlagsSchema (study user attr): the path of the study's own flag
+	// schema file, when it names one.
+	AttrFlagsSchema = "sgtune.flags_schema"
 	// AttrWinner (study system attr): the declared winner with its pooled
 	// measurements and spread, as JSON.
 	AttrWinner = "sgtune.winner"

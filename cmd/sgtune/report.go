@@ -59,7 +59,11 @@ scripts. Report reads the storage only.`,
 // reportStudy gathers what the report shows from the storage.
 func (d *studyData) reportStudy(storagePath string) (report.Study, error) {
 	st := report.Study{Name: d.name, Storage: storagePath, Budget: d.budget(),
-		ScoreConcurrency: d.scoredConcurrency(), Confirmations: d.confirmations()}
+		ScoreConcurrency: d.scoredConcurrency()}
+	var err error
+	if st.Confirmations, st.Verdict, err = d.confirmations(); err != nil {
+		return st, err
+	}
 	if s, ok := d.scoreSpec(); ok {
 		st.Score = specText(s)
 		st.ScoreContext = s.Context
@@ -73,7 +77,11 @@ func (d *studyData) reportStudy(storagePath string) (report.Study, error) {
 		t.Points = points[r.ID]
 		st.Trials = append(st.Trials, t)
 	}
-	if b, ok := search.Best(d.recs); ok {
+	b, ok, err := d.best()
+	if err != nil {
+		return st, err
+	}
+	if ok {
 		for i := range st.Trials {
 			if st.Trials[i].Number == b.Number {
 				bt := st.Trials[i]

@@ -45,6 +45,10 @@ func seedStudy(t *testing.T, dir string, trials []fakeTrial, studyAttrs map[stri
 	}
 	must(st.SetStudyDirection(sid, goptuna.StudyDirectionMaximize))
 	for k, v := range studyAttrs {
+		if k == storage.AttrWinner { // the run stores the winner as a system attribute
+			must(st.SetStudySystemAttr(sid, k, v))
+			continue
+		}
 		must(st.SetStudyUserAttr(sid, k, v))
 	}
 	spec := objective.ScoreSpec{Metric: objective.MetricOutputTokS, Concurrency: 64,

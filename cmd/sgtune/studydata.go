@@ -20,10 +20,9 @@ import (
 // Study user attributes the reading commands use when the run stored them;
 // each is optional and the output leaves out what it cannot show.
 const (
-	attrScoreSpec    = "sgtune.score_spec"    // JSON objective.ScoreSpec
-	attrBudget       = "sgtune.budget_trials" // launches the study may use
-	attrConfirmation = "sgtune.confirmation"  // JSON []report.Confirmation
-	attrFlagsSchema  = "sgtune.flags_schema"  // path of the study's own flag schema
+	attrScoreSpec   = storage.AttrScoreSpec
+	attrBudget      = storage.AttrBudgetTrials
+	attrFlagsSchema = storage.AttrFlagsSchema
 )
 
 // studyData is one study as the reading commands see it. The caller closes store.
@@ -144,13 +143,27 @@ func (d *studyData) budget() int {
 	return n
 }
 
-// confirmations returns the stored confirmation reruns (nil when none).
-func (d *studyData) confirmations() []report.Confirmation {
-	var cs []report.Confirmation
-	if raw := d.attrs[attrConfirmation]; raw == "" || json.Unmarshal([]byte(raw), &cs) != nil {
-		return nil
+// confirmations returns the confirmation reruns of the study's declared
+// winner and runners-up, best pooled first (nil when none were run).
+func (d *studyData) confirmations() ([]report.Confirmation, string, error) {
+	w, ok, err := search.ReadWinner(d.store, d.name)
+	if err != nil || !ok {
+		return nil, "", err
 	}
-	return cs
+	out := make([]report.Confirmation, len(w.Candidates))
+	for i, c := range w.Candidates {
+		out[i] = report.Confirmation{Trial: c.Trial, Pooled: c.Pooled, Spread: c.Spread}
+		for _, m := range c.Runs {
+			out[i].Scores = append(out[i].Scores, m.Score)
+		}
+	}
+	return out, w.Reason, nil
+}
+
+// best is the trial the study declares best: its confirmed winner, else
+// the best complete trial meeting the SLO and gates.
+func (d *studyData) best() (search.Record, bool, error) {
+	return search.Declared(d.store, d.name, d.recs)
 }
 
 // modelRevision returns the model revision a trial served: its own
