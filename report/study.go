@@ -3,9 +3,11 @@ package report
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -110,7 +112,7 @@ func writeMarkdown(w io.Writer, st Study, ranked []Trial, plots []string) {
 		seconds += t.Seconds
 	}
 	var parts []string
-	for _, s := range sortedKeys(counts) {
+	for _, s := range slices.Sorted(maps.Keys(counts)) {
 		parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 	}
 	fmt.Fprintf(w, "%d trials (%s), %.0f s of launch and measurement time. Storage: `%s`.\n\n",
@@ -151,12 +153,7 @@ func writeMarkdown(w io.Writer, st Study, ranked []Trial, plots []string) {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "| kind | trials | example |")
 		fmt.Fprintln(w, "|---|---|---|")
-		keys := make([]string, 0, len(why))
-		for k := range why {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(why)) {
 			ts := why[k]
 			nums := make([]string, len(ts))
 			for i, t := range ts {
