@@ -10,7 +10,8 @@ import (
 
 // Quote returns s as one shell word: unchanged when it holds only
 // characters no shell treats specially, else in single quotes (a single
-// quote inside becomes '"'"'). The empty string is ''.
+// quote inside becomes '"'"'). The empty string becomes two single
+// quotes.
 func Quote(s string) string {
 	if s == "" {
 		return "''"

@@ -1,6 +1,7 @@
 package space
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -183,19 +184,19 @@ func TestResolveErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, v := range map[string]any{"ep": "2", "mem_fraction": 0.955, "radix_cache": "yes", "chunked_prefill": 1.5} {
-		p := clone(good)
+		p := maps.Clone(good)
 		p[k] = v
 		if _, err := st.Resolve(p); err == nil {
 			t.Errorf("%s=%v resolved", k, v)
 		}
 	}
-	p := clone(good)
+	p := maps.Clone(good)
 	delete(p, "overlap")
 	if _, err := st.Resolve(p); err == nil {
 		t.Error("missing active param resolved")
 	}
 	// An inactive param is dropped.
-	p = clone(good)
+	p = maps.Clone(good)
 	p["spec_steps"] = 3
 	cfg, err := st.Resolve(p)
 	if err != nil || cfg.Params["spec_steps"] != nil || slices.Contains(cfg.Flags, "--speculative-num-steps") {

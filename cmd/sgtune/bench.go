@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -224,12 +225,7 @@ func printBench(out io.Writer, w objective.Workload, res *objective.Result) {
 			fmt.Fprintln(out, "\nmedians over repeats:")
 			tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(tw, "conc\trepeats\ttok/s\tTTFT p50\tTTFT p99\tlatency p99\tITL p99\t")
-			cs := make([]int, 0, len(res.Medians))
-			for c := range res.Medians {
-				cs = append(cs, c)
-			}
-			sort.Ints(cs)
-			for _, c := range cs {
+			for _, c := range slices.Sorted(maps.Keys(res.Medians)) {
 				m := res.Medians[c]
 				fmt.Fprintf(tw, "%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t\n", c, m.Repeats, m.OutputTokS, secs(m.TTFTP50), secs(m.TTFTP99), secs(m.LatencyP99), secs(m.ITLP99))
 			}
