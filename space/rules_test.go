@@ -225,7 +225,7 @@ func TestObserveImprovesPredictions(t *testing.T) {
 		return sum / float64(len(runs)-from)
 	}
 	before := meanErr(1)
-	st.Observe(seedParams(runs[0]), runs[0].Config.KVTokens, runs[0].Config.Effective)
+	st.Observe(seedParams(runs[0]), runs[0].Config.KVTokens, runs[0].Config.EffectiveMaxRunning)
 	after := meanErr(1)
 	t.Logf("mean relative KV error on runs 2-10: %.3f before, %.4f after observing run 1", before, after)
 	if !(after < before/5) {
@@ -272,7 +272,7 @@ func TestConcurrentObserveResolve(t *testing.T) {
 			for j := range 20 {
 				r := runs[(i+j)%len(runs)]
 				if j%3 == 0 {
-					st.Observe(seedParams(r), r.Config.KVTokens, r.Config.Effective)
+					st.Observe(seedParams(r), r.Config.KVTokens, r.Config.EffectiveMaxRunning)
 				}
 				if cfg, err := st.Resolve(seedParams(r)); err == nil {
 					_ = st.Check(cfg)
