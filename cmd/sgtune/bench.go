@@ -70,8 +70,8 @@ fixed-duration decode per cell; cells that cannot fit the server's KV cache
 are skipped as "Over capacity").
 
 Progress goes to stderr; the table, or with --json the document, to stdout.
-Exit code 1 when the run failed (requests failed, no token progress, a
-quality gate failed), 2 for bad flags.`,
+Exit code 1 when the run failed (the server cannot be reached, requests
+failed, no token progress, a quality gate failed), 2 for bad flags.`,
 		Example: `  sgtune bench --url http://127.0.0.1:30000 --concurrency 1,16 --requests 8,32 --repeats 1
   sgtune bench --url http://127.0.0.1:30000 --quality --json > bench.json
   sgtune bench --url http://127.0.0.1:30000 --workload matrix --contexts 8192,32768 --concurrency 1,4,16 --duration 30s`,
@@ -88,6 +88,11 @@ quality gate failed), 2 for bad flags.`,
 			}
 			progress := func(line string) { fmt.Fprintf(a.stderr, "[%s] %s\n", time.Now().Format("15:04:05"), line) }
 			res, runErr := objective.Run(cmd.Context(), t, w, objective.Options{Progress: progress})
+			var unreachable *objective.UnreachableError
+			if errors.As(runErr, &unreachable) {
+				// Nothing was measured: the connection error alone (exit 1).
+				return unreachable
+			}
 			if f.asJSON {
 				doc := benchDoc{URL: t.URL, Model: res.Model, Workload: w, ReusePrompts: res.ReusePrompts, Points: res.Points,
 					Medians: res.Medians, Quality: res.Quality, Audit: res.Audit, Server: res.Server, Warmup: res.Warmup}
