@@ -27,18 +27,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/shell"
-)
-
-// Failure classes stored with a failed trial.
-const (
-	ClassIllegalMemoryAccess = "illegal_memory_access"
-	ClassOOM                 = "oom"
-	ClassStartupCrash        = "startup_crash"
-	ClassStartupTimeout      = "startup_timeout"
-	ClassHang                = "hang"
-	ClassCrashed             = "crashed"
-	ClassBadCommand          = "bad_command"
 )
 
 // Defaults for Spec's zero values.
@@ -52,6 +42,9 @@ const (
 
 // Spec is one server to start.
 type Spec struct {
+	// Engine says how the server reports readiness, facts and failures;
+	// nil means SGLang.
+	Engine         *engine.Engine
 	Argv           []string      // program and flags, without --host/--port (the launcher adds them)
 	Env            []string      // extra KEY=VALUE entries (they win over the inherited ones)
 	GPUs           []int         // exported as CUDA_VISIBLE_DEVICES when non-empty
@@ -73,22 +66,6 @@ type Spec struct {
 
 // ErrAborted is the cause of a Start ended by closing Spec.Abort.
 var ErrAborted = errors.New("launcher: aborted")
-
-// Facts are what the startup log says about the server.
-type Facts struct {
-	MaxTotalNumTokens           int     `json:"max_total_num_tokens"`
-	MaxRunningRequests          int     `json:"max_running_requests"`                     // effective, per DP worker
-	RequestedMaxRunningRequests int     `json:"requested_max_running_requests,omitempty"` // from the reduction warning
-	ReducedMaxRunningRequests   int     `json:"reduced_max_running_requests,omitempty"`   // the warning's "to B"
-	MambaCacheSize              int     `json:"max_mamba_cache_size,omitempty"`
-	KVCacheTokens               int     `json:"kv_cache_tokens,omitempty"` // "KV Cache is allocated. ... #tokens: N"
-	ChunkedPrefillSize          int     `json:"chunked_prefill_size,omitempty"`
-	MaxPrefillTokens            int     `json:"max_prefill_tokens,omitempty"`
-	ContextLen                  int     `json:"context_len,omitempty"`
-	AvailableGPUMemGB           float64 `json:"available_gpu_mem_gb,omitempty"`
-	CUDAGraph                   bool    `json:"cuda_graph"` // a CUDA graph capture finished
-	StartupS                    float64 `json:"startup_s"`  // launch of the successful attempt to ready
-}
 
 // Failure is how a server failed; it is an error.
 type Failure struct {
@@ -116,7 +93,7 @@ type Server struct {
 	URL   string // http://127.0.0.1:PORT
 	PID   int    // also the process group id
 	Port  int
-	Facts Facts
+	Facts engine.Facts
 
 	spec     Spec
 	sink     *lineSink
@@ -134,6 +111,14 @@ type Server struct {
 	stopErr  error
 }
 
+// eng is the engine the server runs.
+func (s *Server) eng() *engine.Engine {
+	if s.spec.Engine == nil {
+		return engine.SGLang
+	}
+	return s.spec.Engine
+}
+
 // LogTail returns the last n log lines (redacted).
 func (s *Server) LogTail(n int) string { return s.sink.Tail(n) }
 
@@ -141,7 +126,7 @@ func (s *Server) LogTail(n int) string { return s.sink.Tail(n) }
 func (s *Server) Exited() <-chan struct{} { return s.exited }
 
 // MarkHang records that the caller saw no progress from the server; Failure
-// then reports ClassHang unless the server also crashed. Call Stop after.
+// then reports engine.ClassHang unless the server also crashed. Call Stop after.
 func (s *Server) MarkHang() {
 	s.mu.Lock()
 	s.hang = true
@@ -163,7 +148,7 @@ func (s *Server) Failure() *Failure {
 			code = s.proc.exitCode
 		default:
 		}
-		f := s.newFailure(ClassHang, code, nil, errors.New("marked as hung by the caller"))
+		f := s.newFailure(engine.ClassHang, code, nil, errors.New("marked as hung by the caller"))
 		f.Reason = "no progress (marked as hung by the caller)"
 		return f
 	}
@@ -201,7 +186,7 @@ func Start(ctx context.Context, spec Spec) (*Server, error) {
 	ctx, cancelStart := startContext(ctx, spec.Abort)
 	defer cancelStart(nil)
 	if len(spec.Argv) == 0 {
-		return nil, &Failure{Class: ClassBadCommand, ExitCode: -1, Err: errors.New("empty command")}
+		return nil, &Failure{Class: engine.ClassBadCommand, ExitCode: -1, Err: errors.New("empty command")}
 	}
 	red := newRedactor(append([]string{spec.APIKey}, spec.Secrets...))
 	if err := CheckGPUsFree(ctx, spec.GPUs); err != nil {
@@ -215,7 +200,8 @@ func Start(ctx context.Context, spec Spec) (*Server, error) {
 	if logFile != nil {
 		out = logFile
 	}
-	s := &Server{spec: spec, sink: newLineSink(out, red), logFile: logFile}
+	s := &Server{spec: spec, logFile: logFile}
+	s.sink = newLineSink(out, red, s.eng())
 	path, err := exec.LookPath(spec.Argv[0])
 	if err != nil {
 		return nil, s.cannotRun(err)
@@ -259,13 +245,13 @@ func openLog(path string) (*os.File, error) {
 }
 
 // cannotRun logs that the command could not be started (not found, not
-// executable), closes the log and returns the ClassBadCommand failure. The
+// executable), closes the log and returns the engine.ClassBadCommand failure. The
 // error text is redacted: it may quote the command line.
 func (s *Server) cannotRun(err error) *Failure {
 	err = errors.New(s.sink.red.String(err.Error()))
 	s.sink.note("cannot run the command: " + err.Error())
 	s.closeLog()
-	return s.newFailure(ClassBadCommand, -1, nil, err)
+	return s.newFailure(engine.ClassBadCommand, -1, nil, err)
 }
 
 // startupTimeout is Spec.StartupTimeout or its default.
@@ -312,7 +298,7 @@ func (s *Server) launchAttempt(path string, attempt int) (*proc, time.Time, erro
 		s.closeLog()
 		return nil, time.Time{}, fmt.Errorf("launcher: %w", err)
 	}
-	argv := append(append([]string(nil), s.spec.Argv...), "--host", "127.0.0.1", "--port", strconv.Itoa(port))
+	argv := append(append([]string(nil), s.spec.Argv...), s.eng().HostFlag, "127.0.0.1", s.eng().PortFlag, strconv.Itoa(port))
 	if attempt > 1 {
 		s.sink.reset()
 	}
@@ -375,7 +361,7 @@ func (s *Server) diedBeforeReady(ctx context.Context, p *proc) *Failure {
 }
 
 // notReady stops an attempt that was not ready by the deadline (a
-// ClassStartupTimeout failure) or whose start was canceled (an error
+// engine.ClassStartupTimeout failure) or whose start was canceled (an error
 // wrapping the cause of ctx's end).
 func (s *Server) notReady(ctx context.Context, p *proc, canceled bool, timeout time.Duration) error {
 	why := "not ready after " + timeout.String()
@@ -389,7 +375,7 @@ func (s *Server) notReady(ctx context.Context, p *proc, canceled bool, timeout t
 	if canceled {
 		return fmt.Errorf("launcher: start canceled: %w", context.Cause(ctx))
 	}
-	return s.newFailure(ClassStartupTimeout, p.exitCode, nil, fmt.Errorf("not ready within %s", timeout))
+	return s.newFailure(engine.ClassStartupTimeout, p.exitCode, nil, fmt.Errorf("not ready within %s", timeout))
 }
 
 // teardown ends the attempt's process group (when term is set) and waits
@@ -469,12 +455,12 @@ const (
 	readyCanceled
 )
 
-// pollInterval is the /health_generate polling period once the ready line
-// is seen.
+// pollInterval is the health polling period once the ready line is seen
+// (from the start for engines without one).
 var pollInterval = 200 * time.Millisecond
 
-// waitReady waits for the ready line, then polls /health_generate until 200.
-// It returns as soon as the process exits.
+// waitReady waits for the engine's ready line (when it has one), then polls
+// its health path until 200. It returns as soon as the process exits.
 func (s *Server) waitReady(ctx context.Context, p *proc, deadline time.Time) readyResult {
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -490,6 +476,11 @@ func (s *Server) waitReady(ctx context.Context, p *proc, deadline time.Time) rea
 	}()
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
 	var tick <-chan time.Time
+	if s.eng().ReadyLine == "" {
+		t := time.NewTicker(pollInterval)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-p.done:
@@ -521,13 +512,13 @@ func (s *Server) waitReady(ctx context.Context, p *proc, deadline time.Time) rea
 	}
 }
 
-// healthy reports whether GET /health_generate answered 200. SGLang's
-// health endpoints bypass --api-key; the key is sent anyway when set, for
-// engines that do not.
+// healthy reports whether GET on the engine's health path answered 200.
+// SGLang's health endpoints bypass --api-key; the key is sent anyway when
+// set, for engines that do not.
 func (s *Server) healthy(ctx context.Context, client *http.Client) bool {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second) // health_generate may take up to 20 s
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/health_generate", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+s.eng().HealthPath, nil)
 	if err != nil {
 		return false
 	}

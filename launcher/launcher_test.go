@@ -1,6 +1,8 @@
 package launcher
 
 import (
+	"github.com/sgtune/sgtune/engine"
+
 	"bufio"
 	"context"
 	"errors"
@@ -74,7 +76,7 @@ func TestStartOKFactsRedactionStop(t *testing.T) {
 	}
 	killGroup(t, srv.PID)
 
-	want := Facts{MaxTotalNumTokens: 1171862, MaxRunningRequests: 51, RequestedMaxRunningRequests: 64,
+	want := engine.Facts{MaxTotalNumTokens: 1171862, MaxRunningRequests: 51, RequestedMaxRunningRequests: 64,
 		ReducedMaxRunningRequests: 51, MambaCacheSize: 256, KVCacheTokens: 1171862, ChunkedPrefillSize: 8192,
 		MaxPrefillTokens: 16384, ContextLen: 202752, AvailableGPUMemGB: 9.30, CUDAGraph: true}
 	got := srv.Facts
@@ -126,7 +128,7 @@ func TestStartOKFactsRedactionStop(t *testing.T) {
 			t.Errorf("log or tail contains secret %q", s)
 		}
 	}
-	for _, s := range []string{"api_key='<redacted>'", "--api-key <redacted>", ReadyLine,
+	for _, s := range []string{"api_key='<redacted>'", "--api-key <redacted>", engine.SGLang.ReadyLine,
 		"CUDA_VISIBLE_DEVICES=2,3", "Received sigterm"} {
 		if !strings.Contains(string(log), s) {
 			t.Errorf("log lacks %q:\n%s", s, log)
@@ -155,28 +157,28 @@ func TestStartFailures(t *testing.T) {
 		maxSecs  float64
 		attempts int // attempt lines in the log
 	}{
-		{name: "illegal memory access", mode: "ima", class: ClassIllegalMemoryAccess, exit: 1,
+		{name: "illegal memory access", mode: "ima", class: engine.ClassIllegalMemoryAccess, exit: 1,
 			excerpt: "RuntimeError: CUDA error: an illegal memory access was encountered", maxSecs: 10, attempts: 1,
 			reason: "RuntimeError: CUDA error: an illegal memory access was encountered"},
-		{name: "oom", mode: "oom", class: ClassOOM, exit: 1,
+		{name: "oom", mode: "oom", class: engine.ClassOOM, exit: 1,
 			excerpt: "torch.OutOfMemoryError: CUDA out of memory", maxSecs: 10, attempts: 1,
 			reason: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."},
-		{name: "generic crash kills the group", mode: "group-die", class: ClassStartupCrash, exit: 1,
+		{name: "generic crash kills the group", mode: "group-die", class: engine.ClassStartupCrash, exit: 1,
 			excerpt: "AssertionError: something broke", maxSecs: 10, attempts: 1, reason: "AssertionError: something broke"},
-		{name: "argparse usage", mode: "usage", class: ClassBadCommand, exit: 2,
+		{name: "argparse usage", mode: "usage", class: engine.ClassBadCommand, exit: 2,
 			excerpt: "error: unrecognized arguments: --bogus-flag", maxSecs: 10, attempts: 1,
 			reason: "launch_server.py: error: unrecognized arguments: --bogus-flag"},
-		{name: "port taken on every attempt", mode: "port-always", class: ClassStartupCrash, exit: 1,
+		{name: "port taken on every attempt", mode: "port-always", class: engine.ClassStartupCrash, exit: 1,
 			excerpt: "address already in use", maxSecs: 10, attempts: PortAttempts, reason: "address already in use"},
-		{name: "startup timeout", mode: "hang", timeout: 700 * time.Millisecond, class: ClassStartupTimeout,
+		{name: "startup timeout", mode: "hang", timeout: 700 * time.Millisecond, class: engine.ClassStartupTimeout,
 			exit: 128 + int(syscall.SIGTERM), maxSecs: 10, attempts: 1, reason: "not ready within 700ms"},
-		{name: "missing executable", argv: []string{"/nonexistent/sglang-sim-xyz"}, class: ClassBadCommand, exit: -1,
+		{name: "missing executable", argv: []string{"/nonexistent/sglang-sim-xyz"}, class: engine.ClassBadCommand, exit: -1,
 			excerpt: "cannot run the command", maxSecs: 5, reason: "no such file or directory"},
-		{name: "not executable", argv: []string{notExec}, class: ClassBadCommand, exit: -1,
+		{name: "not executable", argv: []string{notExec}, class: engine.ClassBadCommand, exit: -1,
 			excerpt: "permission denied", maxSecs: 5},
-		{name: "exec format error", argv: []string{garbage}, class: ClassBadCommand, exit: -1,
+		{name: "exec format error", argv: []string{garbage}, class: engine.ClassBadCommand, exit: -1,
 			excerpt: "exec format error", maxSecs: 5},
-		{name: "empty command", argv: []string{}, class: ClassBadCommand, exit: -1, maxSecs: 5},
+		{name: "empty command", argv: []string{}, class: engine.ClassBadCommand, exit: -1, maxSecs: 5},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -250,8 +252,8 @@ func TestPortConflictRetried(t *testing.T) {
 
 func TestCrashAfterReady(t *testing.T) {
 	for _, tc := range []struct{ mode, class, excerpt string }{
-		{"crash-after-ready", ClassCrashed, "AssertionError: something broke"},
-		{"ima-after-ready", ClassIllegalMemoryAccess, "an illegal memory access was encountered"},
+		{"crash-after-ready", engine.ClassCrashed, "AssertionError: something broke"},
+		{"ima-after-ready", engine.ClassIllegalMemoryAccess, "an illegal memory access was encountered"},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			srv, err := Start(context.Background(), helperSpec(t, tc.mode))
@@ -352,7 +354,7 @@ func TestMarkHang(t *testing.T) {
 		t.Errorf("Stop: %v", err)
 	}
 	f := srv.Failure()
-	if f == nil || f.Class != ClassHang || !strings.Contains(f.Tail, "Received sigterm") {
+	if f == nil || f.Class != engine.ClassHang || !strings.Contains(f.Tail, "Received sigterm") {
 		t.Errorf("Failure = %+v", f)
 	}
 }

@@ -2,6 +2,9 @@ package launcher
 
 import (
 	"bytes"
+
+	"github.com/sgtune/sgtune/engine"
+
 	"io"
 	"regexp"
 	"strings"
@@ -63,7 +66,8 @@ type lineSink struct {
 	tail     []string // ring of the last tailCap lines
 	tailNext int
 	tailFull bool
-	facts    FactParser
+	eng      *engine.Engine
+	facts    engine.LogParser
 	match    *logMatch // first fatal pattern of this attempt
 	after    int       // lines still to append to match.lines
 	onReady  func()    // called once, without mu held, when the ready line arrives
@@ -73,10 +77,10 @@ type lineSink struct {
 
 // logMatch is the first fatal-pattern line with its context.
 type logMatch struct {
-	class string
-	port  bool     // a line says the port was taken
-	line  string   // the decisive line
-	lines []string // the decisive line with context
+	sig   *engine.Signature // nil when only the port line matched
+	port  bool              // a line says the port was taken
+	line  string            // the decisive line
+	lines []string          // the decisive line with context
 }
 
 const (
@@ -86,8 +90,24 @@ const (
 	excerptMax    = 4096
 )
 
-func newLineSink(out io.Writer, red *redactor) *lineSink {
-	return &lineSink{out: out, red: red, tail: make([]string, tailCap)}
+func newLineSink(out io.Writer, red *redactor, eng *engine.Engine) *lineSink {
+	return &lineSink{out: out, red: red, eng: eng, facts: eng.NewLogParser(), tail: make([]string, tailCap)}
+}
+
+// class is the match's failure class ("" when only the port line matched).
+func (m *logMatch) class() string {
+	if m == nil || m.sig == nil {
+		return ""
+	}
+	return m.sig.Class
+}
+
+// rank orders matches: a more specific cause replaces a less specific one.
+func (m *logMatch) rank() int {
+	if m == nil || m.sig == nil {
+		return 0
+	}
+	return m.sig.Rank
 }
 
 // Write implements io.Writer for the copy goroutine.
@@ -156,22 +176,24 @@ func (s *lineSink) lineRawLocked(line string) bool {
 	if s.out != nil && s.writeErr == nil {
 		_, s.writeErr = io.WriteString(s.out, line)
 	}
-	text := lastFrame(line) // tqdm redraws with \r: the tail and parsers keep the last frame
+	text := engine.LastFrame(line) // tqdm redraws with \r: the tail and parsers keep the last frame
 	if s.after > 0 && s.match != nil {
 		s.match.lines = append(s.match.lines, text)
 		s.after--
 	}
-	if class, port := fatalClass(text); class != "" || port {
-		if s.match == nil || rank(class) > rank(s.match.class) {
+	if sig, port := s.eng.Classify(text); sig != nil || port {
+		m := &logMatch{sig: sig}
+		if s.match == nil || m.rank() > s.match.rank() {
 			// The first fatal line, or a more specific cause later in the log
 			// (e.g. the CUDA error at the end of a "Scheduler hit an
 			// exception" traceback), decides.
-			portSeen := port || (s.match != nil && s.match.port)
-			s.match = &logMatch{class: class, port: portSeen, line: text, lines: append(s.lastLocked(contextBefore), text)}
+			m.port = port || (s.match != nil && s.match.port)
+			m.line, m.lines = text, append(s.lastLocked(contextBefore), text)
+			s.match = m
 			s.after = contextAfter
 		} else {
 			s.match.port = s.match.port || port
-			if class == ClassBadCommand && s.match.class == ClassBadCommand && strings.Contains(text, ": error: ") {
+			if sig != nil && sig.Class == s.match.class() && strings.Contains(text, ": error: ") {
 				s.match.line = text // argparse's error line says more than its usage line
 			}
 		}
@@ -212,7 +234,7 @@ func (s *lineSink) Tail(n int) string {
 
 // state returns a snapshot of the parsed facts, readiness, and the first
 // fatal match.
-func (s *lineSink) state() (Facts, bool, *logMatch) {
+func (s *lineSink) state() (engine.Facts, bool, *logMatch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var m *logMatch
@@ -229,7 +251,7 @@ func (s *lineSink) state() (Facts, bool, *logMatch) {
 func (s *lineSink) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.facts = FactParser{}
+	s.facts = s.eng.NewLogParser()
 	s.match = nil
 	s.after = 0
 	s.partial = nil

@@ -1,6 +1,8 @@
 package launcher
 
 import (
+	"github.com/sgtune/sgtune/engine"
+
 	"bytes"
 	"fmt"
 	"strings"
@@ -9,7 +11,7 @@ import (
 
 func TestSinkTailAndExcerpt(t *testing.T) {
 	var out bytes.Buffer
-	s := newLineSink(&out, newRedactor([]string{"KEY123"}))
+	s := newLineSink(&out, newRedactor([]string{"KEY123"}), engine.SGLang)
 	for i := range 500 {
 		fmt.Fprintf(s, "line %d KEY123\n", i)
 	}
@@ -24,7 +26,7 @@ func TestSinkTailAndExcerpt(t *testing.T) {
 		fmt.Fprintf(s, "after %d\n", i)
 	}
 	_, _, m := s.state()
-	if m == nil || m.class != ClassIllegalMemoryAccess {
+	if m == nil || m.class() != engine.ClassIllegalMemoryAccess {
 		t.Fatalf("match = %+v", m)
 	}
 	ex := s.excerpt(m)
@@ -47,21 +49,21 @@ func TestSinkMoreSpecificClassWins(t *testing.T) {
 		class string
 		port  bool
 	}{
-		{"usage: x\nfoo\n" + oomTraceback, ClassOOM, false},
-		{oomTraceback + imaTraceback, ClassIllegalMemoryAccess, false},
-		{imaTraceback + oomTraceback, ClassIllegalMemoryAccess, false},
+		{"usage: x\nfoo\n" + oomTraceback, engine.ClassOOM, false},
+		{oomTraceback + imaTraceback, engine.ClassIllegalMemoryAccess, false},
+		{imaTraceback + oomTraceback, engine.ClassIllegalMemoryAccess, false},
 		{"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 1): address already in use\n", "", true},
-		{"address already in use\n" + imaTraceback, ClassIllegalMemoryAccess, true},
+		{"address already in use\n" + imaTraceback, engine.ClassIllegalMemoryAccess, true},
 		{genericTraceback, "", false},
 	}
 	for i, tc := range tests {
-		s := newLineSink(nil, newRedactor(nil))
+		s := newLineSink(nil, newRedactor(nil), engine.SGLang)
 		_, _ = s.Write([]byte(tc.log))
 		_, _, m := s.state()
 		var class string
 		var port bool
 		if m != nil {
-			class, port = m.class, m.port
+			class, port = m.class(), m.port
 		}
 		if class != tc.class || port != tc.port {
 			t.Errorf("%d: class %q port %v, want %q %v", i, class, port, tc.class, tc.port)
@@ -76,14 +78,14 @@ func TestClassify(t *testing.T) {
 		ready bool
 		want  string
 	}{
-		{nil, 1, false, ClassStartupCrash},
-		{nil, 1, true, ClassCrashed},
-		{nil, 0, true, ClassCrashed},
-		{&logMatch{class: ClassOOM}, 1, false, ClassOOM},
-		{&logMatch{class: ClassIllegalMemoryAccess}, 134, true, ClassIllegalMemoryAccess},
-		{&logMatch{class: ClassBadCommand}, 2, false, ClassBadCommand},
-		{&logMatch{class: ClassBadCommand}, 1, false, ClassStartupCrash},
-		{&logMatch{port: true}, 1, false, ClassStartupCrash},
+		{nil, 1, false, engine.ClassStartupCrash},
+		{nil, 1, true, engine.ClassCrashed},
+		{nil, 0, true, engine.ClassCrashed},
+		{&logMatch{sig: sig(engine.ClassOOM)}, 1, false, engine.ClassOOM},
+		{&logMatch{sig: sig(engine.ClassIllegalMemoryAccess)}, 134, true, engine.ClassIllegalMemoryAccess},
+		{&logMatch{sig: sig(engine.ClassBadCommand)}, 2, false, engine.ClassBadCommand},
+		{&logMatch{sig: sig(engine.ClassBadCommand)}, 1, false, engine.ClassStartupCrash},
+		{&logMatch{port: true}, 1, false, engine.ClassStartupCrash},
 	}
 	for _, tc := range tests {
 		if got := classify(tc.m, tc.code, tc.ready); got != tc.want {
@@ -106,7 +108,7 @@ func TestSinkLongLineSecretAtFlushBoundary(t *testing.T) {
 	const key = "sk-ABCDEFGHIJKLMNOP"
 	for _, off := range []int{-len(key) - 1, -len(key), -len(key) / 2, -1, 0, 1, len(key)} {
 		var out bytes.Buffer
-		s := newLineSink(&out, newRedactor([]string{key}))
+		s := newLineSink(&out, newRedactor([]string{key}), engine.SGLang)
 		data := strings.Repeat("x", maxPartial+off) + key + strings.Repeat("y", 100) + key
 		for i := 0; i < len(data); i += 4096 {
 			_, _ = s.Write([]byte(data[i:min(i+4096, len(data))]))
@@ -139,7 +141,7 @@ func FuzzRedaction(f *testing.F) {
 			return
 		}
 		var out bytes.Buffer
-		s := newLineSink(&out, newRedactor([]string{secret}))
+		s := newLineSink(&out, newRedactor([]string{secret}), engine.SGLang)
 		c := min(int(cut), len(data))
 		_, _ = s.Write(data[:c])
 		st := max(int(step), 1)
@@ -158,4 +160,14 @@ func FuzzRedaction(f *testing.F) {
 			t.Fatalf("log %q, want %q", out.String(), want)
 		}
 	})
+}
+
+// sig returns SGLang's signature of a class.
+func sig(class string) *engine.Signature {
+	for i := range engine.SGLang.Signatures {
+		if engine.SGLang.Signatures[i].Class == class {
+			return &engine.SGLang.Signatures[i]
+		}
+	}
+	panic("no signature " + class)
 }

@@ -1,6 +1,8 @@
 package launcher
 
 import (
+	"github.com/sgtune/sgtune/engine"
+
 	"context"
 	"errors"
 	"io"
@@ -110,7 +112,7 @@ func TestSimStartStop(t *testing.T) {
 		t.Errorf("StartupS %v", got.StartupS)
 	}
 	got.StartupS = 0
-	if want := ParseFacts(strings.NewReader(string(log))); got != want {
+	if want := engine.SGLang.ParseLog(strings.NewReader(string(log))); got != want {
 		t.Errorf("Facts at ready %+v\nfrom the whole log %+v", got, want)
 	}
 	if got.MaxTotalNumTokens <= 0 || got.MaxRunningRequests <= 0 || got.MaxRunningRequests > 64 ||
@@ -129,10 +131,10 @@ func TestSimStartupFaults(t *testing.T) {
 	}{
 		// Profile rule long-prefill-oom.
 		{"startup oom", []string{"--chunked-prefill-size", "16384", "--mem-fraction-static", "0.88"},
-			ClassOOM, "torch.OutOfMemoryError: CUDA out of memory"},
+			engine.ClassOOM, "torch.OutOfMemoryError: CUDA out of memory"},
 		// Profile rule world-size-exceeds-gpus.
-		{"more ranks than GPUs", []string{"--tp-size", "8"}, ClassStartupCrash, "invalid device ordinal"},
-		{"unknown flag", []string{"--no-such-flag"}, ClassBadCommand, "unrecognized arguments: --no-such-flag"},
+		{"more ranks than GPUs", []string{"--tp-size", "8"}, engine.ClassStartupCrash, "invalid device ordinal"},
+		{"unknown flag", []string{"--no-such-flag"}, engine.ClassBadCommand, "unrecognized arguments: --no-such-flag"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -194,7 +196,7 @@ func TestSimCrashMidSweep(t *testing.T) {
 	cancel()
 	wg.Wait()
 	f := srv.Failure()
-	if f == nil || f.Class != ClassIllegalMemoryAccess || f.ExitCode != 1 {
+	if f == nil || f.Class != engine.ClassIllegalMemoryAccess || f.ExitCode != 1 {
 		t.Fatalf("Failure = %+v", f)
 	}
 	if err := srv.Stop(context.Background()); err != nil {

@@ -37,34 +37,6 @@ const (
 	ClassKnownBadConfig = "same_as_failed"
 )
 
-// User-attribute keys a trial is stored with.
-const (
-	attrState       = "sgtune.state"
-	attrClass       = "sgtune.failure_class"
-	attrReason      = "sgtune.reason"
-	attrExitCode    = "sgtune.exit_code"
-	attrLogTail     = "sgtune.log_tail"
-	attrExcerpt     = "sgtune.log_excerpt"
-	attrLogPath     = "sgtune.log_path"
-	attrConfig      = "sgtune.config"
-	attrArgv        = "sgtune.argv"
-	attrFacts       = "sgtune.facts"
-	attrScore       = "sgtune.score"
-	attrScoreOK     = "sgtune.score_ok"
-	attrScoreReason = "sgtune.score_reason"
-	attrResult      = "sgtune.result"
-	attrGPUs        = "sgtune.gpus"
-	attrOwner       = "sgtune.owner"
-	attrRetryOf     = "sgtune.retry_of"
-	attrEngine      = "sgtune.engine"
-	attrVersion     = "sgtune.engine_version"
-	attrLaunchCmd   = "sgtune.launch_command"
-	attrConfigKey   = "sgtune.config_key"
-	attrUID         = "sgtune.uid" // study system attribute
-	attrRejections  = "sgtune.rejections"
-	attrDurationS   = "sgtune.duration_s"
-)
-
 // Record is one stored trial, decoded for reports.
 type Record struct {
 	ID           int                    `json:"-"`
@@ -78,10 +50,13 @@ type Record struct {
 	Reason       string                 `json:"reason,omitempty"`
 	ExitCode     *int                   `json:"exit_code,omitempty"`
 	RetryOf      *int                   `json:"retry_of,omitempty"`
+	Retries      int                    `json:"retries,omitempty"`
 	GPUs         string                 `json:"gpus,omitempty"`
+	EngineName   string                 `json:"engine,omitempty"`
 	Engine       []string               `json:"engine_command,omitempty"`
 	Version      string                 `json:"engine_version,omitempty"`
 	LaunchCmd    []string               `json:"launch_command,omitempty"`
+	ModelRev     string                 `json:"model_revision,omitempty"`
 	ConfigKey    string                 `json:"-"`
 	Config       json.RawMessage        `json:"config,omitempty"`
 	Argv         []string               `json:"argv,omitempty"`
@@ -93,6 +68,7 @@ type Record struct {
 	Start        time.Time              `json:"start"`
 	End          *time.Time             `json:"end,omitempty"`
 	DurationS    float64                `json:"duration_s,omitempty"`
+	PromptTokens float64                `json:"prompt_tokens,omitempty"`
 	Owner        string                 `json:"-"`
 }
 
@@ -127,19 +103,21 @@ func decode(t goptuna.FrozenTrial) Record {
 		ID:           t.ID,
 		Number:       t.Number,
 		Params:       t.Params,
-		ScoreReason:  ua[attrScoreReason],
-		FailureClass: ua[attrClass],
-		Reason:       ua[attrReason],
-		GPUs:         ua[attrGPUs],
-		LogPath:      ua[attrLogPath],
-		LogTail:      ua[attrLogTail],
-		LogExcerpt:   ua[attrExcerpt],
+		ScoreReason:  ua[storage.AttrScoreReason],
+		FailureClass: ua[storage.AttrClass],
+		Reason:       ua[storage.AttrReason],
+		GPUs:         ua[storage.AttrGPUs],
+		LogPath:      ua[storage.AttrLogPath],
+		LogTail:      ua[storage.AttrLogTail],
+		LogExcerpt:   ua[storage.AttrLogExcerpt],
 		Start:        t.DatetimeStart,
-		Owner:        t.SystemAttrs[attrOwner],
-		Version:      ua[attrVersion],
-		ConfigKey:    ua[attrConfigKey],
+		Owner:        t.SystemAttrs[storage.AttrOwner],
+		Version:      ua[storage.AttrEngineVersion],
+		ConfigKey:    ua[storage.AttrConfigKey],
+		EngineName:   ua[storage.AttrEngineName],
+		ModelRev:     ua[storage.AttrModelRevision],
 	}
-	r.State = ua[attrState]
+	r.State = ua[storage.AttrState]
 	switch {
 	case t.State == goptuna.TrialStateRunning:
 		r.State = StateRunning
@@ -152,35 +130,39 @@ func decode(t goptuna.FrozenTrial) Record {
 			goptuna.TrialStateFail:     StateFailed,
 		}[t.State]
 	}
-	if s, ok := ua[attrScore]; ok {
+	if s, ok := ua[storage.AttrScore]; ok {
 		if v, err := strconv.ParseFloat(s, 64); err == nil {
 			r.Score = &v
 		}
 	}
-	r.ScoreOK = ua[attrScoreOK] == "true"
-	if s, ok := ua[attrExitCode]; ok {
+	r.ScoreOK = ua[storage.AttrScoreOK] == "true"
+	if s, ok := ua[storage.AttrExitCode]; ok {
 		if v, err := strconv.Atoi(s); err == nil {
 			r.ExitCode = &v
 		}
 	}
-	if s, ok := t.SystemAttrs[attrRetryOf]; ok {
+	if s, ok := t.SystemAttrs[storage.AttrRetryOf]; ok {
 		if v, err := strconv.Atoi(s); err == nil {
 			r.RetryOf = &v
 		}
 	}
-	if s, ok := ua[attrDurationS]; ok {
+	if s, ok := ua[storage.AttrDurationS]; ok {
 		r.DurationS, _ = strconv.ParseFloat(s, 64)
 	}
-	_ = json.Unmarshal([]byte(ua[attrEngine]), &r.Engine)
-	_ = json.Unmarshal([]byte(ua[attrLaunchCmd]), &r.LaunchCmd)
-	_ = json.Unmarshal([]byte(ua[attrArgv]), &r.Argv)
-	if s := ua[attrConfig]; s != "" {
+	if s, ok := ua[storage.AttrPromptTokens]; ok {
+		r.PromptTokens, _ = strconv.ParseFloat(s, 64)
+	}
+	r.Retries, _ = strconv.Atoi(ua[storage.AttrRetries])
+	_ = json.Unmarshal([]byte(ua[storage.AttrEngine]), &r.Engine)
+	_ = json.Unmarshal([]byte(ua[storage.AttrLaunchCommand]), &r.LaunchCmd)
+	_ = json.Unmarshal([]byte(ua[storage.AttrArgv]), &r.Argv)
+	if s := ua[storage.AttrConfig]; s != "" {
 		r.Config = json.RawMessage(s)
 	}
-	if s := ua[attrFacts]; s != "" {
+	if s := ua[storage.AttrFacts]; s != "" {
 		r.Facts = json.RawMessage(s)
 	}
-	if s := ua[attrResult]; s != "" {
+	if s := ua[storage.AttrResult]; s != "" {
 		r.Result = json.RawMessage(s)
 	}
 	if !t.DatetimeComplete.IsZero() {

@@ -1,100 +1,164 @@
 package search
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
-	"math"
-	"math/rand"
-	"sync"
-	"sync/atomic"
+	"strconv"
 
 	"github.com/c-bata/goptuna"
-	"github.com/c-bata/goptuna/tpe"
+
+	"github.com/sgtune/sgtune/search/sampler"
+	"github.com/sgtune/sgtune/space"
+	"github.com/sgtune/sgtune/storage"
 )
 
-// randomSampler samples uniformly with inclusive upper bounds. goptuna's own
-// random sampler never returns an int range's upper bound and ignores its
-// seed for categoricals (reference/go-libraries.md §1).
-type randomSampler struct {
-	mu  sync.Mutex
-	rng *rand.Rand
-}
-
-var _ goptuna.Sampler = (*randomSampler)(nil)
-
-func newRandomSampler(seed int64) *randomSampler {
-	return &randomSampler{rng: rand.New(rand.NewSource(seed))}
-}
-
-// Sample implements goptuna.Sampler.
-func (s *randomSampler) Sample(_ *goptuna.Study, _ goptuna.FrozenTrial, name string, dist interface{}) (float64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch d := dist.(type) {
-	case goptuna.UniformDistribution:
-		return d.Low + s.rng.Float64()*(d.High-d.Low), nil
-	case goptuna.LogUniformDistribution:
-		lo, hi := math.Log(d.Low), math.Log(d.High)
-		return math.Exp(lo + s.rng.Float64()*(hi-lo)), nil
-	case goptuna.IntUniformDistribution:
-		return float64(d.Low + s.rng.Intn(d.High-d.Low+1)), nil
-	case goptuna.StepIntUniformDistribution:
-		n := (d.High - d.Low) / d.Step
-		return float64(d.Low + s.rng.Intn(n+1)*d.Step), nil
-	case goptuna.DiscreteUniformDistribution:
-		n := int(math.Round((d.High - d.Low) / d.Q))
-		return d.Low + float64(s.rng.Intn(n+1))*d.Q, nil
-	case goptuna.CategoricalDistribution:
-		return float64(s.rng.Intn(len(d.Choices))), nil
-	}
-	return 0, fmt.Errorf("param %s: %w", name, goptuna.ErrUnsupportedSearchSpace)
-}
-
-// startupSampler samples at random until n trials have finished, then hands
-// over to the model-based sampler. Unlike TPE's built-in start-up phase it
-// reaches every value of the space, upper bounds included.
-type startupSampler struct {
-	random *randomSampler
-	model  goptuna.Sampler
-	n      int
-	// skips counts consecutive proposals that launched nothing; TPE scores
-	// small discrete spaces deterministically and would propose the same
-	// skipped config again, so two skips in a row switch to random.
-	skips *atomic.Int64
-}
-
-// Sample implements goptuna.Sampler.
-func (s *startupSampler) Sample(study *goptuna.Study, trial goptuna.FrozenTrial, name string, dist interface{}) (float64, error) {
-	trials, err := study.GetTrials()
-	if err != nil {
-		return 0, err
-	}
-	finished := 0
-	for _, t := range trials {
-		if t.State == goptuna.TrialStateComplete || t.State == goptuna.TrialStatePruned {
-			finished++
+// newSampler builds the sampler a study names (budget.sampler), seeded by
+// budget.seed, and the number of grid points for the grid (else 0). Draws
+// are keyed by trial number inside the sampler, so a resumed study with
+// the same stored trials proposes what it would have.
+func newSampler(st *space.Study) (goptuna.Sampler, int, error) {
+	opts := []sampler.Option{sampler.WithClassifier(classify)}
+	var points []map[string]float64
+	if st.Budget.Sampler == "grid" {
+		var err error
+		if points, err = gridPoints(st); err != nil {
+			return nil, 0, err
 		}
+		// Re-runs of interrupted trials take their own params; they do not
+		// move the grid forward.
+		opts = append(opts, sampler.WithGridPoints(points), sampler.WithGridCounts(func(t goptuna.FrozenTrial) bool {
+			_, retry := t.SystemAttrs[storage.AttrRetryOf]
+			return !retry
+		}))
 	}
-	if finished < s.n || (s.skips != nil && s.skips.Load() >= 2) {
-		return s.random.Sample(study, trial, name, dist)
+	s, err := sampler.New(st.Budget.Sampler, st.Budget.Seed, opts...)
+	if err != nil {
+		return nil, 0, err
 	}
-	v, err := s.model.Sample(study, trial, name, dist)
-	if err != nil || math.IsNaN(v) {
-		return s.random.Sample(study, trial, name, dist)
+	return fixedFirst{s}, len(points), nil
+}
+
+// classify tells the samplers how sgtune's trials teach: a measured config
+// with its value; failed, crashed, infeasible and pruned configs as the
+// worst (their region is avoided); running ones as pending (the constant
+// liar pushes concurrent asks apart); duplicates (their original is
+// already observed), interrupted and queued trials not at all.
+func classify(t goptuna.FrozenTrial) (float64, sampler.ObsKind) {
+	if t.UserAttrs[storage.AttrState] == StateDuplicate {
+		return 0, sampler.ObsIgnore
+	}
+	return sampler.DefaultClassifier(t)
+}
+
+// gridPoints enumerates a finite space in goptuna's internal form, in the
+// space's own order (the grid baseline: the seed's manual sweep style).
+func gridPoints(st *space.Study) ([]map[string]float64, error) {
+	if _, finite := st.Bound(); !finite {
+		return nil, errors.New(`sampler "grid" needs a finite space (every float param needs a step)`)
+	}
+	var points []map[string]float64
+	var err error
+	st.Enumerate(func(p space.Params) bool {
+		rec := &recorder{params: p, internal: map[string]float64{}}
+		if _, err = st.Suggest(rec); err != nil {
+			return false
+		}
+		points = append(points, rec.internal)
+		return true
+	})
+	return points, err
+}
+
+// recorder suggests the values of a known point and records each in
+// goptuna's internal form (a categorical is its index).
+type recorder struct {
+	params   space.Params
+	internal map[string]float64
+}
+
+func (r *recorder) value(name string) (any, error) {
+	v, ok := r.params[name]
+	if !ok {
+		return nil, fmt.Errorf("grid: param %s has no value", name)
 	}
 	return v, nil
 }
 
-// newSampler builds the sampler a study names.
-func newSampler(name string, seed int64) (goptuna.Sampler, error) {
-	switch name {
-	case "random":
-		return newRandomSampler(seed), nil
-	case "", "tpe":
-		return &startupSampler{
-			random: newRandomSampler(seed),
-			model:  tpe.NewSampler(tpe.SamplerOptionSeed(seed), tpe.SamplerOptionNumberOfStartupTrials(0)),
-			n:      5,
-		}, nil
+// SuggestStepInt implements space.Suggester.
+func (r *recorder) SuggestStepInt(name string, _, _, _ int) (int, error) {
+	v, err := r.value(name)
+	if err != nil {
+		return 0, err
 	}
-	return nil, fmt.Errorf("unknown sampler %q (valid: tpe, random)", name)
+	n, ok := v.(int)
+	if !ok {
+		return 0, fmt.Errorf("grid: param %s = %v is not an int", name, v)
+	}
+	r.internal[name] = float64(n)
+	return n, nil
+}
+
+func (r *recorder) float(name string) (float64, error) {
+	v, err := r.value(name)
+	if err != nil {
+		return 0, err
+	}
+	f, ok := v.(float64)
+	if !ok {
+		return 0, fmt.Errorf("grid: param %s = %v is not a number", name, v)
+	}
+	r.internal[name] = f
+	return f, nil
+}
+
+// SuggestFloat implements space.Suggester.
+func (r *recorder) SuggestFloat(name string, _, _ float64) (float64, error) { return r.float(name) }
+
+// SuggestLogFloat implements space.Suggester.
+func (r *recorder) SuggestLogFloat(name string, _, _ float64) (float64, error) { return r.float(name) }
+
+// SuggestDiscreteFloat implements space.Suggester.
+func (r *recorder) SuggestDiscreteFloat(name string, _, _, _ float64) (float64, error) {
+	return r.float(name)
+}
+
+// SuggestCategorical implements space.Suggester.
+func (r *recorder) SuggestCategorical(name string, choices []string) (string, error) {
+	v, err := r.value(name)
+	if err != nil {
+		return "", err
+	}
+	s := fmt.Sprint(v)
+	if b, ok := v.(bool); ok {
+		s = strconv.FormatBool(b)
+	}
+	for i, c := range choices {
+		if c == s {
+			r.internal[name] = float64(i)
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("grid: param %s = %v is not one of %v", name, v, choices)
+}
+
+// fixedFirst hands a queued re-run its stored parameters. goptuna's own
+// fixed_params lookup drops a value its distribution's Contains refuses,
+// and StepIntUniformDistribution.Contains refuses the upper bound
+// (reference/go-libraries.md §1): the re-run of a config at the top of a
+// step-int range would silently get another value.
+type fixedFirst struct{ next goptuna.Sampler }
+
+// Sample implements goptuna.Sampler.
+func (f fixedFirst) Sample(study *goptuna.Study, trial goptuna.FrozenTrial, name string, dist interface{}) (float64, error) {
+	if js, ok := trial.SystemAttrs[storage.AttrFixedParams]; ok {
+		var fixed map[string]float64
+		if err := json.Unmarshal([]byte(js), &fixed); err != nil {
+			return 0, fmt.Errorf("trial %d: stored params: %w", trial.Number, err)
+		}
+		if v, ok := fixed[name]; ok {
+			return v, nil
+		}
+	}
+	return f.next.Sample(study, trial, name, dist)
 }

@@ -5,170 +5,263 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/c-bata/goptuna"
 
+	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/launcher"
 	"github.com/sgtune/sgtune/objective"
 	"github.com/sgtune/sgtune/space"
 	"github.com/sgtune/sgtune/storage"
 )
 
-// crashGrace is how long a failed measurement waits for the engine to exit.
-const crashGrace = 3 * time.Second
-
 // deterministicClasses are failures that recur for the same config, so a
 // proposal equal to such a trial is rejected without launching it again.
 var deterministicClasses = map[string]bool{
-	launcher.ClassIllegalMemoryAccess: true,
-	launcher.ClassOOM:                 true,
-	launcher.ClassStartupCrash:        true,
-	launcher.ClassCrashed:             true,
-	launcher.ClassBadCommand:          true,
-	launcher.ClassHang:                true,
-	ClassQuality:                      true,
-	ClassLimitsReduced:                true,
+	engine.ClassIllegalMemoryAccess: true,
+	engine.ClassOOM:                 true,
+	engine.ClassStartupCrash:        true,
+	engine.ClassCrashed:             true,
+	engine.ClassBadCommand:          true,
+	engine.ClassHang:                true,
+	ClassQuality:                    true,
+	ClassLimitsReduced:              true,
 }
 
-// runTrial proposes, checks, launches and measures one trial. launched
-// reports whether it used a launch from the budget.
-func (r *runner) runTrial(ctx context.Context, gpus []int, retry *Record) (launched bool, err error) {
-	id, err := r.store.CreateNewTrial(r.study.ID)
+// trialRun is one trial on its way: what was asked, resolved and stored.
+type trialRun struct {
+	id, number int
+	retryOf    *int
+	params     space.Params
+	label      string // params as k=v, for progress lines
+	cfg        *space.Config
+	resolveErr error
+	start      time.Time
+	stopBeat   func()
+	done       bool // its final state is stored
+}
+
+// trial asks for a config, screens it and, when it passes, launches and
+// measures it on gpus. An error ends the worker: the storage failed, the
+// GPU group must not be used again, or (errBudgetTaken) other processes
+// used up the budget first.
+func (r *runner) trial(ctx context.Context, gpus []int) (err error) {
+	t, err := r.ask()
 	if err != nil {
-		return false, fmt.Errorf("create trial: %w", err)
+		return err
 	}
-	number, _ := r.store.GetTrialNumberFromID(id)
+	defer t.stopBeat()
 	defer func() {
-		// Whatever broke (storage, the sampler), the trial must not stay
-		// RUNNING: mark it to be retried. Finished trials refuse the write.
-		if err != nil {
-			r.printf("trial %d: %v\n", number, err)
-			_ = r.finish(id, goptuna.TrialStateFail, map[string]string{
-				attrState: StateInterrupted, attrReason: err.Error(),
-			})
+		// Whatever broke (a storage write, the sampler), the trial must not
+		// stay RUNNING: end it as interrupted with the reason, queued again.
+		if err != nil && !t.done {
+			r.abandon(t, err)
 		}
 	}()
-	if err := r.store.SetTrialSystemAttr(id, attrOwner, r.owner); err != nil {
-		return false, err
+	if skip, err := r.screen(t); err != nil || skip {
+		return err
 	}
-	_ = r.store.Heartbeat(id)
+	// The launch is counted against the budget atomically, across every
+	// process on the study.
+	ok, err := r.store.ClaimLaunch(ctx, t.id, r.budget)
+	if err != nil {
+		return fmt.Errorf("trial %d: claim a launch: %w", t.number, err)
+	}
+	if !ok {
+		t.done = true
+		if _, _, err := r.store.InterruptTrial(t.id, StateInterrupted, errBudgetTaken.Error(), false); err != nil {
+			return err
+		}
+		return errBudgetTaken
+	}
+	return r.launch(ctx, t, gpus)
+}
 
+// errBudgetTaken ends a worker whose proposal found the budget used up by
+// other processes' launches.
+var errBudgetTaken = errors.New("the study's launched-trial budget was used up by other processes before this trial could launch")
+
+// ask takes the next trial: a queued re-run first (atomically claimed, so
+// two processes never take the same), else a new trial from the sampler.
+func (r *runner) ask() (*trialRun, error) {
+	id, queued, err := r.store.ClaimWaitingTrial(r.study.ID)
+	if err != nil {
+		return nil, fmt.Errorf("claim a queued trial: %w", err)
+	}
+	if !queued {
+		if id, err = r.store.CreateNewTrial(r.study.ID); err != nil {
+			return nil, fmt.Errorf("create trial: %w", err)
+		}
+	}
+	t := &trialRun{id: id, start: time.Now(), stopBeat: func() {}}
+	if t.number, err = r.store.GetTrialNumberFromID(id); err != nil {
+		return nil, r.abandonID(id, fmt.Errorf("read trial number: %w", err))
+	}
+	if err := r.store.SetTrialSystemAttr(id, storage.AttrOwner, r.owner); err != nil {
+		return nil, r.abandonID(id, fmt.Errorf("trial %d: record owner: %w", t.number, err))
+	}
+	t.stopBeat = r.heartbeat(id)
 	trial := &goptuna.Trial{Study: r.study, ID: id}
-	var sg space.Suggester = trial
-	if retry != nil {
-		if err := r.store.SetTrialSystemAttr(id, attrRetryOf, strconv.Itoa(retry.Number)); err != nil {
-			return false, err
+	if queued {
+		sys, err := r.store.GetTrialSystemAttrs(id)
+		if err != nil {
+			t.stopBeat()
+			return nil, r.abandonID(id, fmt.Errorf("trial %d: read attributes: %w", t.number, err))
 		}
-		if winner, lost := r.retryTaken(id, number, retry.Number); lost {
-			// Another process resumed the same study and re-runs this
-			// trial already; the lower trial number wins.
-			r.printf("trial %d not launched: trial %d already re-runs trial %d\n", number, winner, retry.Number)
-			return false, r.finish(id, goptuna.TrialStateFail, map[string]string{
-				attrState:  StateDuplicate,
-				attrReason: fmt.Sprintf("trial %d already re-runs trial %d", winner, retry.Number),
-			})
+		if n, err := strconv.Atoi(sys[storage.AttrRetryOf]); err == nil {
+			t.retryOf = &n
 		}
-		sg = &replay{params: retry.Params, next: trial, set: func(name string, v float64, d interface{}) error {
-			return r.store.SetTrialParam(id, name, v, d)
-		}}
+	} else if err := trial.CallRelativeSampler(); err != nil {
+		// A queued re-run takes its stored params (fixed_params); only a
+		// new trial asks the relative sampler.
+		t.stopBeat()
+		return nil, r.abandonID(id, fmt.Errorf("trial %d: relative sampler: %w", t.number, err))
 	}
-	params, err := r.st.Suggest(sg)
-	if err != nil {
-		r.fail(id, StateFailed, "sampler", err.Error())
-		return false, fmt.Errorf("trial %d: sample: %w", number, err)
+	if t.params, err = r.st.Suggest(trial); err != nil {
+		t.stopBeat()
+		return nil, r.abandonID(id, fmt.Errorf("trial %d: sample: %w", t.number, err))
 	}
-	ft, err := r.store.GetTrial(id)
-	if err != nil {
+	t.label = t.params.String()
+	t.cfg, t.resolveErr = r.st.Resolve(t.params, r.learned)
+	return t, nil
+}
+
+// screen stores the config of a proposal and decides whether it is
+// launched: not when the engine's rules or the study's constraints reject
+// it, or when an earlier trial already measured it, is measuring it, or
+// failed with it in a way that recurs. skip is true for such a proposal,
+// whose final state screen has stored.
+func (r *runner) screen(t *trialRun) (skip bool, err error) {
+	if t.resolveErr != nil {
+		return true, r.skip(t, StateInfeasible, "resolve", t.resolveErr.Error(), nil)
+	}
+	if err := r.recordConfig(t); err != nil {
 		return false, err
 	}
-	label := space.Params(ft.Params).String()
-
-	cfg, err := r.st.Resolve(params)
-	if err != nil {
-		r.skip(id, number, label, "resolve", err.Error())
-		return false, nil
-	}
-	cfgJSON, _ := json.Marshal(cfg)
-	engineJSON, _ := json.Marshal(r.st.Engine.Command)
-	key := configKey(cfg)
-	_ = r.store.SetTrialUserAttr(id, attrConfig, string(cfgJSON))
-	_ = r.store.SetTrialUserAttr(id, attrConfigKey, key)
-	_ = r.store.SetTrialUserAttr(id, attrEngine, string(engineJSON))
-	if lc := r.st.Engine.LaunchCommand; len(lc) > 0 {
-		b, _ := json.Marshal(lc)
-		_ = r.store.SetTrialUserAttr(id, attrLaunchCmd, string(b))
-	}
-	if v := r.st.Engine.Version; v != "" {
-		_ = r.store.SetTrialUserAttr(id, attrVersion, v)
-	}
-
-	if rej := r.st.Check(cfg); len(rej) > 0 {
+	if rej := r.st.Check(t.cfg); len(rej) > 0 {
 		msgs := make([]string, len(rej))
 		for i, x := range rej {
 			msgs[i] = x.Message
 		}
-		rj, _ := json.Marshal(rej)
-		_ = r.store.SetTrialUserAttr(id, attrRejections, string(rj))
-		r.skip(id, number, label, rej[0].Rule, strings.Join(msgs, "; "))
-		return false, nil
+		rj, err := json.Marshal(rej)
+		if err != nil {
+			return false, err
+		}
+		return true, r.skip(t, StateInfeasible, rej[0].Rule, strings.Join(msgs, "; "), map[string]string{storage.AttrRejections: string(rj)})
 	}
-	if retry == nil {
-		prev, ok := r.sameConfig(id, key)
-		switch {
-		case ok && prev.State == StateFailed:
-			r.skips.Add(1)
-			reason := fmt.Sprintf("same config as trial %d, which failed with %s", prev.Number, prev.FailureClass)
-			r.printf("trial %d not launched [%s]: %s\n", number, label, reason)
-			r.fail(id, StateInfeasible, ClassKnownBadConfig, reason)
-			return false, nil
-		case ok && prev.State == StateComplete:
-			r.duplicate(id, number, label, prev)
-			return false, nil
-		case ok && prev.State == StateRunning:
-			// Another worker is measuring this config right now; TPE has
-			// no constant liar, so parallel workers can propose the same.
-			r.skips.Add(1)
-			r.printf("trial %d not launched [%s]: trial %d is measuring the same config\n", number, label, prev.Number)
-			_ = r.finish(id, goptuna.TrialStateFail, map[string]string{
-				attrState:  StateDuplicate,
-				attrReason: fmt.Sprintf("same config as trial %d, running at the time; not launched", prev.Number),
-			})
-			return false, nil
+	if t.retryOf != nil {
+		return false, nil // a re-run of an interrupted trial is launched as it is
+	}
+	prev, ok, err := r.sameConfig(t.id, configKey(t.cfg))
+	if err != nil || !ok {
+		return false, err
+	}
+	switch prev.State {
+	case StateFailed:
+		return true, r.skip(t, StateInfeasible, ClassKnownBadConfig,
+			fmt.Sprintf("same config as trial %d, which failed with %s", prev.Number, prev.FailureClass), nil)
+	case StateRunning:
+		// Another worker is measuring this config right now.
+		return true, r.skip(t, StateDuplicate, "",
+			fmt.Sprintf("same config as trial %d, running at the time; not launched", prev.Number), nil)
+	}
+	return true, r.duplicate(t, prev)
+}
+
+// recordConfig stores what the trial will launch: config, key, engine.
+func (r *runner) recordConfig(t *trialRun) error {
+	cfgJSON, err := json.Marshal(t.cfg)
+	if err != nil {
+		return err
+	}
+	engineJSON, err := json.Marshal(r.st.Engine.Command)
+	if err != nil {
+		return err
+	}
+	attrs := map[string]string{
+		storage.AttrConfig:     string(cfgJSON),
+		storage.AttrConfigKey:  configKey(t.cfg),
+		storage.AttrEngine:     string(engineJSON),
+		storage.AttrEngineName: r.st.Engine.Name,
+	}
+	if lc := r.st.Engine.LaunchCommand; len(lc) > 0 {
+		b, err := json.Marshal(lc)
+		if err != nil {
+			return err
+		}
+		attrs[storage.AttrLaunchCommand] = string(b)
+	}
+	if v := r.st.Engine.Version; v != "" {
+		attrs[storage.AttrEngineVersion] = v
+	}
+	if v := r.st.ModelRevision; v != "" {
+		attrs[storage.AttrModelRevision] = v
+	}
+	return r.setAttrs(t, attrs)
+}
+
+// setAttrs sets user attributes of a running trial, in key order.
+func (r *runner) setAttrs(t *trialRun, attrs map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(attrs)) {
+		if err := r.store.SetTrialUserAttr(t.id, k, attrs[k]); err != nil {
+			return fmt.Errorf("trial %d: store %s: %w", t.number, k, err)
 		}
 	}
-	r.skips.Store(0)
-	return true, r.launch(ctx, id, number, label, gpus, cfg)
+	return nil
 }
 
-// skip records a proposal that is not launched.
-func (r *runner) skip(id, number int, label, rule, reason string) {
-	r.skips.Add(1)
+// skip stores a proposal that is not launched, as PRUNED so the sampler
+// learns to avoid its region.
+func (r *runner) skip(t *trialRun, state, class, reason string, attrs map[string]string) error {
 	r.mu.Lock()
-	r.sum.Infeasible++
+	r.skips++
+	if state == StateInfeasible {
+		r.sum.Infeasible++
+	}
 	r.mu.Unlock()
-	r.printf("trial %d infeasible [%s]: %s\n", number, label, reason)
-	r.fail(id, StateInfeasible, rule, reason)
+	word := map[string]string{StateInfeasible: "infeasible", StateDuplicate: "not launched"}[state]
+	r.emit(Event{Kind: EventSkipped, Trial: t.number, State: state,
+		Text: fmt.Sprintf("trial %d %s [%s]: %s", t.number, word, t.label, reason)})
+	a := map[string]string{storage.AttrState: state, storage.AttrReason: reason}
+	if class != "" {
+		a[storage.AttrClass] = class
+	}
+	maps.Copy(a, attrs)
+	return r.finish(t, storage.Finish{State: goptuna.TrialStatePruned, Attrs: a})
 }
 
-// fail finishes a trial as PRUNED (so TPE learns to avoid it) with a state.
-func (r *runner) fail(id int, state, class, reason string) {
-	_ = r.finish(id, goptuna.TrialStatePruned, map[string]string{
-		attrState: state, attrClass: class, attrReason: reason,
-	})
+// duplicate stores a proposal of an already measured config. The sampler
+// sees the earlier trial's value (a penalty would teach TPE that the best
+// region is bad); reports show it as a duplicate, never as a measurement.
+func (r *runner) duplicate(t *trialRun, prev Record) error {
+	r.mu.Lock()
+	r.skips++
+	r.mu.Unlock()
+	r.emit(Event{Kind: EventSkipped, Trial: t.number, State: StateDuplicate,
+		Text: fmt.Sprintf("trial %d not launched [%s]: same config as trial %d", t.number, t.label, prev.Number)})
+	value := 0.0
+	if prev.ScoreOK && prev.Score != nil {
+		value = *prev.Score
+	}
+	return r.finish(t, storage.Finish{State: goptuna.TrialStateComplete, Value: &value, Attrs: map[string]string{
+		storage.AttrState:  StateDuplicate,
+		storage.AttrReason: fmt.Sprintf("same config as trial %d; not launched again", prev.Number),
+	}})
 }
 
 // sameConfig finds another trial with the same command line that completed,
 // is running, or failed in a way that recurs: launching it again would only
 // spend GPU time to learn the same thing.
-func (r *runner) sameConfig(id int, key string) (Record, bool) {
+func (r *runner) sameConfig(id int, key string) (Record, bool, error) {
 	recs, err := Records(r.store, r.st.Name)
 	if err != nil {
-		return Record{}, false
+		return Record{}, false, err
 	}
 	for _, rec := range recs {
 		if rec.ID == id || rec.ConfigKey != key {
@@ -176,25 +269,10 @@ func (r *runner) sameConfig(id int, key string) (Record, bool) {
 		}
 		if rec.State == StateComplete || rec.State == StateRunning ||
 			(rec.State == StateFailed && deterministicClasses[rec.FailureClass]) {
-			return rec, true
+			return rec, true, nil
 		}
 	}
-	return Record{}, false
-}
-
-// retryTaken reports whether a trial other than this one, with a lower
-// number, already re-runs the interrupted trial orig.
-func (r *runner) retryTaken(id, number, orig int) (winner int, lost bool) {
-	recs, err := Records(r.store, r.st.Name)
-	if err != nil {
-		return 0, false
-	}
-	for _, rec := range recs {
-		if rec.ID != id && rec.RetryOf != nil && *rec.RetryOf == orig && rec.Number < number && rec.State != StateDuplicate {
-			return rec.Number, true
-		}
-	}
-	return 0, false
+	return Record{}, false, nil
 }
 
 // configKey identifies a config by what would be launched: its flags and
@@ -203,241 +281,188 @@ func (r *runner) retryTaken(id, number, orig int) (winner int, lost bool) {
 func configKey(cfg *space.Config) string {
 	var b strings.Builder
 	b.WriteString(strings.Join(cfg.Flags, " "))
-	for _, k := range sortedKeys(cfg.Env) {
+	for _, k := range slices.Sorted(maps.Keys(cfg.Env)) {
 		fmt.Fprintf(&b, " %s=%s", k, cfg.Env[k])
 	}
 	return b.String()
 }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// launch starts the trial's server on gpus, measures it and stores the
+// outcome (an interrupted trial gives its launch back when it ends FAIL).
+func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
+	r.mu.Lock()
+	r.skips = 0
+	r.mu.Unlock()
+	kind := r.st.Engine.Kind
+	argv := r.st.Argv(t.cfg)
+	argvJSON, err := json.Marshal(argv)
+	if err != nil {
+		return err
 	}
-	sort.Strings(keys)
-	return keys
-}
-
-// duplicate records a proposal of an already measured config. The sampler
-// sees the earlier trial's value (a penalty would teach TPE that the best
-// region is bad); reports show it as a duplicate, never as a measurement.
-func (r *runner) duplicate(id, number int, label string, prev Record) {
-	r.skips.Add(1)
-	r.printf("trial %d not launched [%s]: same config as trial %d\n", number, label, prev.Number)
-	value := 0.0
-	if prev.ScoreOK && prev.Score != nil {
-		value = *prev.Score
-	}
-	_ = r.store.SetTrialValue(id, value)
-	_ = r.finish(id, goptuna.TrialStateComplete, map[string]string{
-		attrState:  StateDuplicate,
-		attrReason: fmt.Sprintf("same config as trial %d; not launched again", prev.Number),
-	})
-}
-
-// launch starts the server, measures it and stores the outcome.
-func (r *runner) launch(ctx context.Context, id, number int, label string, gpus []int, cfg *space.Config) error {
-	start := time.Now()
-	r.printf("trial %d launching [%s] on GPUs %s\n", number, label, gpuList(gpus))
-	argv := append(append([]string{}, r.st.Engine.Command...), cfg.Flags...)
-	argvJSON, _ := json.Marshal(argv)
-	logPath := filepath.Join(r.opt.LogDir, safeName(r.st.Name), fmt.Sprintf("trial-%d.log", number))
-	_ = r.store.SetTrialUserAttr(id, attrArgv, string(argvJSON))
-	_ = r.store.SetTrialUserAttr(id, attrLogPath, logPath)
-	_ = r.store.SetTrialUserAttr(id, attrGPUs, gpuCSV(gpus))
-
-	stopBeat := r.heartbeat(id)
-	defer stopBeat()
-
-	spec := launcher.Spec{
-		Argv:           argv,
-		GPUs:           gpus,
-		LogPath:        logPath,
-		StartupTimeout: r.st.Launch.StartupTimeout,
-		APIKey:         r.apiKey,
-		Abort:          r.opt.Abort,
+	logPath := filepath.Join(r.opt.LogDir, safeName(r.st.Name), fmt.Sprintf("trial-%d.log", t.number))
+	if err := r.setAttrs(t, map[string]string{storage.AttrArgv: string(argvJSON), storage.AttrLogPath: logPath, storage.AttrGPUs: gpuCSV(gpus)}); err != nil {
+		return err
 	}
 	// The tag lets a later run find and kill this server if sgtune dies
 	// without taking it down. cfg.Env already holds engine.env.
-	spec.Env = append(spec.Env, r.trialTag(number))
-	for _, k := range sortedKeys(cfg.Env) {
-		spec.Env = append(spec.Env, k+"="+cfg.Env[k])
+	spec := launcher.Spec{Engine: kind, Argv: argv, GPUs: gpus, LogPath: logPath,
+		StartupTimeout: r.st.Launch.StartupTimeout, APIKey: r.apiKey, Abort: r.opt.Abort,
+		Env: []string{r.trialTag(t.number)}}
+	for _, k := range slices.Sorted(maps.Keys(t.cfg.Env)) {
+		spec.Env = append(spec.Env, k+"="+t.cfg.Env[k])
 	}
 	if r.apiKey != "" {
-		spec.Argv = append(spec.Argv, "--api-key", r.apiKey)
+		spec.Argv = append(spec.Argv, kind.APIKeyFlag, r.apiKey)
 	}
+	r.emit(Event{Kind: EventLaunching, Trial: t.number, Phase: "starting",
+		Text: fmt.Sprintf("trial %d launching [%s] on GPUs %s", t.number, t.label, gpuList(gpus))})
+
+	var o observed
 	attrs := map[string]string{}
-	done := func(state goptuna.TrialState) error {
-		attrs[attrDurationS] = strconv.FormatFloat(time.Since(start).Seconds(), 'f', 1, 64)
-		return r.finish(id, state, attrs)
+	srv, err := r.backend.Start(ctx, spec)
+	o.startErr = err
+	var stopErr error
+	if err == nil {
+		var ferr error
+		o.result, o.measureErr, o.limits, ferr = r.measure(ctx, t, srv, attrs)
+		o.crash, stopErr = srv.Stop(context.Background())
+		if ferr != nil {
+			return errors.Join(ferr, stopErr)
+		}
 	}
+	o.interrupted = ctx.Err() != nil
+	out := decide(o, r.st.Score)
+	if err := r.record(t, out, o.result, attrs); err != nil {
+		return errors.Join(err, stopErr)
+	}
+	if stopErr != nil {
+		return fmt.Errorf("GPU group %s: the server of trial %d could not be stopped cleanly: %w; no more trials run on this group",
+			gpuList(gpus), t.number, stopErr)
+	}
+	return nil
+}
 
-	srv, err := launcher.Start(ctx, spec)
+// measure observes the started server's facts, refuses one whose limits
+// the engine reduced, and runs the workload.
+func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs map[string]string) (*objective.Result, error, string, error) {
+	facts := srv.Facts()
+	fj, err := json.Marshal(facts)
 	if err != nil {
-		var f *launcher.Failure
-		switch {
-		case ctx.Err() != nil:
-			r.printf("trial %d interrupted during startup; it will be retried\n", number)
-			attrs[attrState], attrs[attrReason] = StateInterrupted, "interrupted during startup"
-			return done(goptuna.TrialStateFail)
-		case errors.As(err, &f):
-			r.recordFailure(attrs, f)
-			r.printf("trial %d failed at startup: %s: %s\n", number, f.Class, attrs[attrReason])
-			r.count(StateFailed)
-			return done(goptuna.TrialStatePruned)
-		default:
-			attrs[attrState], attrs[attrReason] = StateInterrupted, err.Error()
-			return errors.Join(fmt.Errorf("trial %d: launch: %w", number, err),
-				done(goptuna.TrialStateFail))
-		}
+		return nil, nil, "", err
 	}
-	facts, _ := json.Marshal(srv.Facts)
-	attrs[attrFacts] = string(facts)
+	attrs[storage.AttrFacts] = string(fj)
 	// What the engine reported sharpens the predictions for later proposals.
-	r.observe(cfg.Params, srv.Facts)
-	r.printf("trial %d ready in %.1fs: max_running_requests=%d max_total_num_tokens=%d\n",
-		number, srv.Facts.StartupS, srv.Facts.MaxRunningRequests, srv.Facts.MaxTotalNumTokens)
-
-	// The engine may cap running requests below what was asked (seed rule
-	// 1); it says so in its log, per DP worker.
-	if req := srv.Facts.RequestedMaxRunningRequests; req > 0 && srv.Facts.MaxRunningRequests > 0 &&
-		srv.Facts.MaxRunningRequests < req && r.st.OnLimitsReduced != "accept" {
-		r.stop(srv)
-		attrs[attrState], attrs[attrClass] = StateFailed, ClassLimitsReduced
-		attrs[attrReason] = fmt.Sprintf("the engine reduced max_running_requests from %d to %d (on_limits_reduced: reject)",
-			req, srv.Facts.MaxRunningRequests)
-		r.printf("trial %d rejected after startup: %s\n", number, attrs[attrReason])
-		r.count(StateFailed)
-		return done(goptuna.TrialStatePruned)
+	if o, ok := r.st.Observe(t.cfg, facts); ok {
+		r.learned.add(o)
 	}
-
-	mctx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-srv.Exited():
-			cancel()
-		case <-mctx.Done():
-		}
-	}()
-	target := objective.Target{URL: srv.URL, Model: r.servedModel(), APIKey: r.apiKey}
-	res, merr := objective.Run(mctx, target, r.st.Workload, objective.Options{
-		Progress: func(line string) { r.printf("trial %d   %s\n", number, line) },
+	r.emit(Event{Kind: EventReady, Trial: t.number, Phase: "ready",
+		Text: fmt.Sprintf("trial %d ready in %.1fs: max_running_requests=%d max_total_num_tokens=%d",
+			t.number, facts.StartupS, facts.MaxRunningRequests, facts.MaxTotalNumTokens)})
+	if why := limitsReduced(facts, r.st.OnLimitsReduced); why != "" {
+		return nil, nil, why, nil
+	}
+	res, merr := srv.Measure(ctx, r.st.Workload, objective.Options{
+		Progress: func(line string) {
+			r.emit(Event{Kind: EventPoint, Trial: t.number, Text: fmt.Sprintf("trial %d   %s", t.number, line)})
+		},
 	})
-	cancel()
-	if merr != nil && ctx.Err() == nil {
-		// Requests fail the moment the engine dies, usually before the
-		// process has finished writing its traceback and exited; give it a
-		// moment so the failure is classified from its exit, not as a
-		// measurement error.
-		select {
-		case <-srv.Exited():
-		case <-time.After(crashGrace):
-		}
+	return res, merr, "", nil
+}
+
+// record stores a launched trial's outcome in one transaction (an
+// interrupted one is queued again) and reports it.
+func (r *runner) record(t *trialRun, out outcome, res *objective.Result, attrs map[string]string) error {
+	attrs[storage.AttrDurationS] = strconv.FormatFloat(time.Since(t.start).Seconds(), 'f', 1, 64)
+	attrs[storage.AttrState] = out.State
+	if out.Reason != "" {
+		attrs[storage.AttrReason] = out.Reason
 	}
-	crashed := srv.Failure()
-	if merr != nil && errors.Is(merr, objective.ErrHang) && crashed == nil {
-		srv.MarkHang()
+	if out.Class != "" {
+		attrs[storage.AttrClass] = out.Class
 	}
-	r.stop(srv)
-	if crashed == nil {
-		crashed = srv.Failure()
+	if f := out.Failure; f != nil {
+		attrs[storage.AttrExitCode] = strconv.Itoa(f.ExitCode)
+		attrs[storage.AttrLogExcerpt] = f.Excerpt
+		attrs[storage.AttrLogTail] = f.Tail
 	}
+	if out.Score != nil {
+		attrs[storage.AttrScore] = strconv.FormatFloat(*out.Score, 'g', -1, 64)
+		attrs[storage.AttrScoreOK] = strconv.FormatBool(out.ScoreOK)
+		attrs[storage.AttrScoreReason] = out.ScoreReason
+	}
+	fin := storage.Finish{State: out.Final, Value: out.Value, Attrs: attrs}
 	if res != nil {
-		if err := r.store.SavePoints(id, res.Points); err != nil {
-			return fmt.Errorf("trial %d: save points: %w", number, err)
-		}
-		// Per-request records let goodput be rescored without relaunching.
-		if err := r.store.SaveRequests(id, requestRecords(res.Requests)); err != nil {
-			return fmt.Errorf("trial %d: save requests: %w", number, err)
-		}
-		rj, _ := json.Marshal(struct {
+		rj, err := json.Marshal(struct {
 			Medians map[int]objective.Median `json:"medians"`
 			Quality *objective.Quality       `json:"quality,omitempty"`
 		}{res.Medians, res.Quality})
-		attrs[attrResult] = string(rj)
-	}
-	switch {
-	case crashed != nil:
-		r.recordFailure(attrs, crashed)
-		r.printf("trial %d failed during measurement: %s: %s\n", number, crashed.Class, attrs[attrReason])
-		r.count(StateFailed)
-		return done(goptuna.TrialStatePruned)
-	case merr != nil && ctx.Err() != nil:
-		// Only a measurement the interrupt cut short is retried; one that
-		// finished before Ctrl-C (say, during teardown) is scored below.
-		r.printf("trial %d interrupted; it will be retried on the next run\n", number)
-		attrs[attrState], attrs[attrReason] = StateInterrupted, "interrupted during measurement"
-		return done(goptuna.TrialStateFail)
-	case merr != nil:
-		class := ClassMeasurement
-		if errors.Is(merr, objective.ErrHang) {
-			class = launcher.ClassHang
-		} else if errors.Is(merr, objective.ErrQuality) {
-			class = ClassQuality
-		} else if errors.Is(merr, objective.ErrFailedRequests) {
-			class = ClassRequestsFailed
+		if err != nil {
+			return err
 		}
-		attrs[attrState], attrs[attrClass], attrs[attrReason] = StateFailed, class, merr.Error()
-		r.printf("trial %d failed: %s: %v\n", number, class, merr)
-		r.count(StateFailed)
-		return done(goptuna.TrialStatePruned)
+		attrs[storage.AttrResult] = string(rj)
+		fin.Points = res.Points
+		if fin.Points == nil {
+			fin.Points = []objective.Point{}
+		}
+		// Per-request records let goodput be rescored without relaunching.
+		fin.Requests = requestRecords(res.Requests)
+		if mean, n := promptTokens(res.Requests); n > 0 {
+			attrs[storage.AttrPromptTokens] = strconv.FormatFloat(mean, 'f', 2, 64)
+			r.learned.addPrompts(mean, n)
+		}
 	}
-
-	value, ok, why := objective.Score(r.st.Score, res)
-	attrs[attrState] = StateComplete
-	attrs[attrScore] = strconv.FormatFloat(value, 'g', -1, 64)
-	attrs[attrScoreOK] = strconv.FormatBool(ok)
-	attrs[attrScoreReason] = why
-	if err := r.store.SetTrialValue(id, reported(value, ok)); err != nil {
+	fin.Retry = out.Retry
+	if err := r.finish(t, fin); err != nil {
 		return err
 	}
-	verdict := "meets the SLO"
-	if !ok {
-		verdict = "does not count: " + why
+	if out.Retry {
+		r.trialEvent(EventFinished, t.number, "%s", out.Line)
+		return nil
 	}
-	r.printf("trial %d complete: score %.1f (%s)\n", number, value, verdict)
-	r.count(StateComplete)
-	return done(goptuna.TrialStateComplete)
-}
-
-// reported is the value the sampler sees: a trial that misses its SLO or a
-// gate ranks below every trial that meets it.
-func reported(value float64, ok bool) float64 {
-	if ok {
-		return value
-	}
-	return 0
-}
-
-func (r *runner) recordFailure(attrs map[string]string, f *launcher.Failure) {
-	attrs[attrState] = StateFailed
-	attrs[attrClass] = f.Class
-	attrs[attrExitCode] = strconv.Itoa(f.ExitCode)
-	attrs[attrExcerpt] = f.Excerpt
-	attrs[attrLogTail] = f.Tail
-	attrs[attrReason] = f.Reason
-	if f.Reason == "" {
-		attrs[attrReason] = firstLine(f.Excerpt)
-	}
-}
-
-func (r *runner) count(state string) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch state {
+	switch out.State {
 	case StateComplete:
 		r.sum.Complete++
-		r.sum.Launched++
+		if out.ScoreOK && out.Score != nil && (r.best == nil || *out.Score > *r.best) {
+			s := *out.Score
+			r.best = &s
+		}
 	case StateFailed:
 		r.sum.Failed++
-		r.sum.Launched++
 	}
+	r.sum.Launched++
+	r.launched++
+	r.mu.Unlock()
+	r.emit(Event{Kind: EventFinished, Trial: t.number, State: out.State, Score: out.Score,
+		Text: fmt.Sprintf("trial %d %s", t.number, out.Line)})
+	return nil
 }
 
-// stop tears the server down; the spec's Abort channel (second Ctrl-C)
-// makes the launcher skip the grace period.
-func (r *runner) stop(srv *launcher.Server) {
-	_ = srv.Stop(context.Background())
+// finish stores a trial's end; on failure the trial is ended as
+// interrupted with the reason, and the error is returned.
+func (r *runner) finish(t *trialRun, f storage.Finish) error {
+	if err := r.store.FinishTrial(t.id, f); err != nil {
+		return r.abandon(t, fmt.Errorf("trial %d: store its end: %w", t.number, err))
+	}
+	t.done = true
+	return nil
+}
+
+// abandon ends a trial whose walk failed (a storage write, the sampler) as
+// interrupted with the reason and queues it again; it returns err, with
+// the failure to do even that when the storage is down.
+func (r *runner) abandon(t *trialRun, err error) error {
+	t.done = true
+	return r.abandonID(t.id, err)
+}
+
+func (r *runner) abandonID(id int, err error) error {
+	_, _, ierr := r.store.InterruptTrial(id, StateInterrupted, err.Error(), true)
+	r.emit(Event{Kind: EventFinished, Trial: -1, State: StateInterrupted, Text: fmt.Sprintf("error: %v", err)})
+	if ierr != nil {
+		return errors.Join(err, fmt.Errorf("mark the trial interrupted: %w", ierr))
+	}
+	return err
 }
 
 // heartbeat proves the trial's owner alive until the returned func is
@@ -446,7 +471,7 @@ func (r *runner) stop(srv *launcher.Server) {
 func (r *runner) heartbeat(id int) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() {
+	go func() { // owned by the trial: ends when stop is called
 		defer close(done)
 		for {
 			err := r.store.KeepAlive(ctx, id, heartbeatEvery)
@@ -463,96 +488,37 @@ func (r *runner) heartbeat(id int) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
-func (r *runner) servedModel() string {
-	if r.st.ServedModelName != "" {
-		return r.st.ServedModelName
-	}
-	return r.st.Model
-}
-
-// replay suggests stored values: the params of an interrupted trial for its
-// retry, or of any stored trial to rebuild its config. set, when not nil,
-// records each value on the new trial; a param without a stored value goes
-// to next, or is an error when next is nil.
-type replay struct {
-	params map[string]interface{}
-	next   space.Suggester
-	set    func(name string, internal float64, dist interface{}) error
-}
-
-var errNoStoredValue = errors.New("no stored value")
-
-func (p *replay) use(name string, internal float64, dist interface{}) error {
-	if p.set == nil {
-		return nil
-	}
-	return p.set(name, internal, dist)
-}
-
-// SuggestStepInt implements space.Suggester.
-func (p *replay) SuggestStepInt(name string, low, high, step int) (int, error) {
-	if v, ok := p.params[name].(int); ok {
-		return v, p.use(name, float64(v), goptuna.StepIntUniformDistribution{Low: low, High: high, Step: step})
-	}
-	if p.next == nil {
-		return 0, fmt.Errorf("%s: %w", name, errNoStoredValue)
-	}
-	return p.next.SuggestStepInt(name, low, high, step)
-}
-
-// SuggestFloat implements space.Suggester.
-func (p *replay) SuggestFloat(name string, low, high float64) (float64, error) {
-	if v, ok := p.params[name].(float64); ok {
-		return v, p.use(name, v, goptuna.UniformDistribution{Low: low, High: high})
-	}
-	if p.next == nil {
-		return 0, fmt.Errorf("%s: %w", name, errNoStoredValue)
-	}
-	return p.next.SuggestFloat(name, low, high)
-}
-
-// SuggestLogFloat implements space.Suggester.
-func (p *replay) SuggestLogFloat(name string, low, high float64) (float64, error) {
-	if v, ok := p.params[name].(float64); ok {
-		return v, p.use(name, v, goptuna.LogUniformDistribution{Low: low, High: high})
-	}
-	if p.next == nil {
-		return 0, fmt.Errorf("%s: %w", name, errNoStoredValue)
-	}
-	return p.next.SuggestLogFloat(name, low, high)
-}
-
-// SuggestDiscreteFloat implements space.Suggester.
-func (p *replay) SuggestDiscreteFloat(name string, low, high, q float64) (float64, error) {
-	if v, ok := p.params[name].(float64); ok {
-		return v, p.use(name, v, goptuna.DiscreteUniformDistribution{Low: low, High: high, Q: q})
-	}
-	if p.next == nil {
-		return 0, fmt.Errorf("%s: %w", name, errNoStoredValue)
-	}
-	return p.next.SuggestDiscreteFloat(name, low, high, q)
-}
-
-// SuggestCategorical implements space.Suggester.
-func (p *replay) SuggestCategorical(name string, choices []string) (string, error) {
-	if v, ok := p.params[name].(string); ok {
-		for i, c := range choices {
-			if c == v {
-				return v, p.use(name, float64(i), goptuna.CategoricalDistribution{Choices: choices})
+// relearn feeds a stored trial's startup facts and counted prompt sizes
+// back into the predictor (on resume).
+func (r *runner) relearn(rec Record) {
+	if len(rec.Facts) > 0 && len(rec.Config) > 0 {
+		var f engine.Facts
+		var cfg space.Config
+		if json.Unmarshal(rec.Facts, &f) == nil && json.Unmarshal(rec.Config, &cfg) == nil {
+			if o, ok := r.st.Observe(&cfg, f); ok {
+				r.learned.add(o)
 			}
 		}
 	}
-	if p.next == nil {
-		return "", fmt.Errorf("%s: %w", name, errNoStoredValue)
+	if rec.PromptTokens > 0 {
+		r.learned.addPrompts(rec.PromptTokens, 1)
 	}
-	return p.next.SuggestCategorical(name, choices)
 }
 
-// observe feeds a launched config's startup facts to the space's predictions.
-func (r *runner) observe(p space.Params, f launcher.Facts) {
-	_ = r.st.ObserveFacts(p, space.Facts{
-		KVTokens: f.MaxTotalNumTokens, MaxRunningRequests: f.MaxRunningRequests, StateSlots: f.MambaCacheSize,
-	})
+// promptTokens is the mean prompt size the server counted over the
+// requests that reported one.
+func promptTokens(recs []objective.RequestRecord) (mean float64, n int) {
+	sum := 0
+	for _, q := range recs {
+		if q.PromptTokens > 0 {
+			sum += q.PromptTokens
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return float64(sum) / float64(n), n
 }
 
 // requestRecords converts the load generator's per-request records for storage,
@@ -573,47 +539,4 @@ func requestRecords(in []objective.RequestRecord) []storage.RequestRecord {
 		idx[k]++
 	}
 	return out
-}
-
-// trialTag is the environment entry that marks a trial's server processes.
-// The study's random id keeps two databases holding a study of the same
-// name from killing each other's servers.
-func (r *runner) trialTag(number int) string {
-	return fmt.Sprintf("SGTUNE_TRIAL=%s/%s/%d", safeName(r.st.Name), r.uid, number)
-}
-
-// gpuCSV is CUDA_VISIBLE_DEVICES for gpus ("" for none).
-func gpuCSV(gpus []int) string {
-	s := make([]string, len(gpus))
-	for i, g := range gpus {
-		s[i] = strconv.Itoa(g)
-	}
-	return strings.Join(s, ",")
-}
-
-// gpuList is gpuCSV for progress lines.
-func gpuList(gpus []int) string {
-	if len(gpus) == 0 {
-		return "(default)"
-	}
-	return gpuCSV(gpus)
-}
-
-func firstLine(s string) string {
-	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			return l
-		}
-	}
-	return ""
-}
-
-func safeName(s string) string {
-	return strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
-			return r
-		}
-		return '_'
-	}, s)
 }

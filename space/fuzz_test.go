@@ -39,7 +39,7 @@ func FuzzLoad(f *testing.F) {
 			if err != nil {
 				return
 			}
-			cfg, err := st.Resolve(p)
+			cfg, err := st.Resolve(p, nil)
 			if err != nil {
 				t.Fatalf("suggested params do not resolve: %v (%v)", err, p)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/objective"
 	"github.com/sgtune/sgtune/shell"
 )
@@ -28,8 +29,11 @@ var (
 	DefaultTrials         = 20
 	DefaultSampler        = "tpe"
 	DefaultStartupTimeout = 20 * time.Minute
-	// Samplers are the values budget.sampler accepts.
-	Samplers = []string{"tpe", "random"}
+	// Samplers are the values budget.sampler accepts (search/sampler's
+	// names; a test keeps the two lists equal): tpe (ours), tpe-multivariate,
+	// random, grid (the space in order, a baseline) and goptuna-tpe
+	// (goptuna's own, a baseline).
+	Samplers = []string{"goptuna-tpe", "grid", "random", "tpe", "tpe-multivariate"}
 )
 
 // Load reads and validates a study file. Every problem is reported as
@@ -56,7 +60,7 @@ func Parse(path string, data []byte) (*Study, error) {
 		d.failAt(1, 1, "", "empty study file; valid: a mapping with name, engine, model, params, ...")
 		return nil, &LoadError{Errs: d.errs}
 	}
-	st := &Study{Path: path, learn: newLearner()}
+	st := &Study{Path: path}
 	d.study(st, doc.Content[0])
 	if len(d.errs) > 0 {
 		return nil, &LoadError{Errs: d.errs}
@@ -145,17 +149,22 @@ func (d *dec) command(m *mapNode, key string, n *yaml.Node) []string {
 }
 
 func (d *dec) engine(st *Study, top *mapNode) {
+	valid := strings.Join(engine.Names(), ", ")
 	if !top.has("engine") {
-		top.failKey("engine", "missing; valid: engine: {name: sglang, command: python3 -m sglang.launch_server}")
+		top.failKey("engine", "missing; valid: engine: {name: NAME, command: ...} with NAME one of %s", valid)
 		return
 	}
 	m := d.mapping(top.node("engine"), "engine", "name", "command", "launch_command", "version", "env", "flags_schema")
-	st.Engine.Name = "sglang"
-	if m.str("name", &st.Engine.Name) && st.Engine.Name != "sglang" {
-		m.failKey("name", "%q; valid: sglang", st.Engine.Name)
+	st.Engine.Name = engine.SGLang.Name
+	m.str("name", &st.Engine.Name)
+	kind, err := engine.Lookup(st.Engine.Name)
+	if err != nil {
+		m.failKey("name", "%q; valid: %s", st.Engine.Name, valid)
+		return
 	}
+	st.Engine.Kind = kind
 	if n := m.node("command"); n == nil {
-		m.failKey("command", "missing; valid: a command such as python3 -m sglang.launch_server, sglang serve, or a list of words")
+		m.failKey("command", "missing; valid: a command such as %s, or a list of words", strings.Join(kind.Command, " "))
 	} else {
 		st.Engine.Command = d.command(m, "command", n)
 	}
@@ -186,30 +195,23 @@ func (d *dec) engine(st *Study, top *mapNode) {
 		if !filepath.IsAbs(schemaPath) {
 			schemaPath = filepath.Join(filepath.Dir(st.Path), schemaPath)
 		}
-		s, err := loadSchemaFile(schemaPath)
-		if err != nil {
-			m.failKey("flags_schema", "%v; valid: a flag schema file like testdata/flags/sglang-v0.5.21.yaml", err)
-			return
+		s, err := engine.LoadSchemaFile(schemaPath)
+		switch {
+		case err != nil:
+			m.failKey("flags_schema", "%v; valid: a flag schema file like testdata/flags/%s-%s.yaml", err, kind.Name, kind.DefaultVersion)
+		case s.Engine != kind.Name:
+			m.failKey("flags_schema", "%s is a schema for engine %q; valid: a schema for %s", schemaPath, s.Engine, kind.Name)
+		default:
+			st.Schema = s
 		}
-		st.Schema = s
 		return
 	}
-	s, _, err := BundledSchema(schemaVersion(st.Engine.Version))
+	s, _, err := kind.Schema(st.Engine.Version)
 	if err != nil {
 		m.failKey("version", "no flag schema: %v", err)
 		return
 	}
 	st.Schema = s
-}
-
-var versionRE = regexp.MustCompile(`v?(\d+\.\d+\.\d+)`)
-
-// schemaVersion picks vX.Y.Z out of a version string or image tag.
-func schemaVersion(v string) string {
-	if m := versionRE.FindStringSubmatch(v); m != nil {
-		return "v" + m[1]
-	}
-	return DefaultSchemaVersion
 }
 
 func (d *dec) model(st *Study, top *mapNode) {
@@ -221,12 +223,13 @@ func (d *dec) model(st *Study, top *mapNode) {
 	case n.Kind == yaml.ScalarNode:
 		top.str("model", &st.Model)
 	default:
-		m := d.mapping(n, "model", "path", "served_name", "hybrid")
+		m := d.mapping(n, "model", "path", "served_name", "hybrid", "revision")
 		if !m.str("path", &st.Model) && !m.has("path") {
-			m.failKey("path", "missing; valid: a model path or Hugging Face id (--model-path)")
+			m.failKey("path", "missing; valid: a model path or Hugging Face id")
 		}
 		m.str("served_name", &st.ServedModelName)
 		m.bool("hybrid", &st.Hybrid)
+		m.str("revision", &st.ModelRevision)
 	}
 	if st.Model == "" && len(d.errs) == 0 {
 		top.failKey("model", "empty; valid: a model path or Hugging Face id")
@@ -320,8 +323,8 @@ func (d *dec) gpus(st *Study, top *mapNode) {
 }
 
 // checkFlagTokens validates engine flag words a study emits.
-func (d *dec) checkFlagTokens(st *Study, n *yaml.Node, path string, words []string) []flagArg {
-	args, err := st.Schema.parseArgv(words)
+func (d *dec) checkFlagTokens(st *Study, n *yaml.Node, path string, words []string) []engine.FlagArg {
+	args, err := st.Schema.ParseArgv(words)
 	if err != nil {
 		d.fail(n, path, "%v", err)
 		return nil
@@ -330,9 +333,9 @@ func (d *dec) checkFlagTokens(st *Study, n *yaml.Node, path string, words []stri
 		switch {
 		case a.Spec.Owner == "launcher":
 			d.fail(n, path, "%s is set by the launcher; valid: leave it out", a.Name)
-		case a.Spec.Name == "--model-path":
+		case a.Spec.Name == st.Engine.Kind.ModelFlag:
 			d.fail(n, path, "%s comes from model.path; valid: leave it out", a.Name)
-		case a.Spec.Name == "--served-model-name":
+		case a.Spec.Name == st.Engine.Kind.ServedNameFlag:
 			d.fail(n, path, "%s comes from model.served_name; valid: leave it out", a.Name)
 		}
 	}
@@ -709,7 +712,7 @@ func (d *dec) compile(st *Study, n *yaml.Node, path, src string, params map[stri
 		case params[name], name == "gpus_per_trial":
 		case strings.HasPrefix(name, "predicted.") && allowPredicted:
 			if !slices.Contains(predictedNames, name) {
-				d.fail(n, path, "unknown name %s (did you mean %s?); valid: %s", name, closest(name, predictedNames), strings.Join(predictedNames, ", "))
+				d.fail(n, path, "unknown name %s (did you mean %s?); valid: %s", name, engine.Nearest(name, predictedNames), strings.Join(predictedNames, ", "))
 				return nil, errors.New("bad name")
 			}
 		default:
@@ -724,7 +727,7 @@ func (d *dec) compile(st *Study, n *yaml.Node, path, src string, params map[stri
 			} else {
 				valid = append(valid[:len(valid)-1], "gpus_per_trial (earlier params only)")
 			}
-			d.fail(n, path, "unknown name %s in %q (did you mean %s?); valid: %s", name, src, closest(name, valid), strings.Join(valid, ", "))
+			d.fail(n, path, "unknown name %s in %q (did you mean %s?); valid: %s", name, src, engine.Nearest(name, valid), strings.Join(valid, ", "))
 			return nil, errors.New("bad name")
 		}
 	}
@@ -914,7 +917,7 @@ func (d *dec) score(st *Study, top *mapNode) {
 	s.Metric = "output_tok_s"
 	valid := []string{"output_tok_s", "goodput", "capacity"}
 	if m.str("metric", &s.Metric) && !slices.Contains(valid, s.Metric) {
-		m.failKey("metric", "%q (did you mean %s?); valid: %s", s.Metric, closest(s.Metric, valid), strings.Join(valid, ", "))
+		m.failKey("metric", "%q (did you mean %s?); valid: %s", s.Metric, engine.Nearest(s.Metric, valid), strings.Join(valid, ", "))
 	}
 	levels := st.Workload.Chat.Concurrency
 	if st.Workload.Kind == "matrix" {

@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sgtune/sgtune/engine"
+	"github.com/sgtune/sgtune/objective"
 )
 
 // Suggest samples every active parameter through sg, in file order, skipping
@@ -199,7 +202,7 @@ func (par *Param) text(v any) string {
 
 // env builds the names an expression sees: params (categorical choices that
 // look like numbers become numbers), gpus_per_trial and predictions.
-func (s *Study) env(p Params, pred *Prediction) map[string]any {
+func (s *Study) env(p Params, pred *engine.Prediction) map[string]any {
 	env := map[string]any{"gpus_per_trial": int64(s.GPUsPerTrial)}
 	for k, v := range p {
 		switch x := v.(type) {
@@ -235,16 +238,19 @@ func (s *Study) env(p Params, pred *Prediction) map[string]any {
 	return env
 }
 
-// Resolve turns sampled params into a Config: engine flags (--model-path
+// Resolve turns sampled params into a Config: engine flags (the model flag
 // first, then fixed flags, params and derived flags; never --host/--port),
-// the engine environment, and the engine rules' predictions. Params that
-// are inactive under their when: are dropped; an active one that is missing
-// or out of its domain is an error.
-func (s *Study) Resolve(p Params) (*Config, error) {
+// the engine environment, and the engine rules' predictions, with what l
+// learned from earlier trials (nil: the rules and the memory hint alone).
+// Params that are inactive under their when: are dropped; an active one
+// that is missing or out of its domain is an error. The study itself never
+// changes: the same params and the same l give the same config.
+func (s *Study) Resolve(p Params, l engine.Learned) (*Config, error) {
 	cfg := &Config{Params: Params{}, Env: maps.Clone(s.Engine.Env)}
-	words := []string{"--model-path", s.Model}
+	kind := s.Engine.Kind
+	words := []string{kind.ModelFlag, s.Model}
 	if s.ServedModelName != "" {
-		words = append(words, "--served-model-name", s.ServedModelName)
+		words = append(words, kind.ServedNameFlag, s.ServedModelName)
 	}
 	words = append(words, s.fixedArgv...)
 	for i := range s.Params {
@@ -279,8 +285,46 @@ func (s *Study) Resolve(p Params) (*Config, error) {
 		words = append(words, w...)
 	}
 	cfg.Flags = words
-	cfg.Predicted = s.predict(cfg)
+	cfg.Predicted = kind.Rules.Predict(s.View(cfg), s.Setup(), l)
 	return cfg, nil
+}
+
+// View is a config's flags by canonical name.
+func (s *Study) View(c *Config) engine.View { return engine.NewView(s.Schema, c.Flags) }
+
+// Setup is what the engine rules need to know of the study beyond a
+// config's flags.
+func (s *Study) Setup() engine.Setup {
+	set := engine.Setup{GPUsPerTrial: s.GPUsPerTrial, Hybrid: s.Hybrid, AcceptReduced: s.OnLimitsReduced == "accept",
+		Memory: s.Memory}
+	w := s.Workload
+	switch w.Kind {
+	case "matrix":
+		set.Demand.Matrix = true
+		if len(w.Matrix.Concurrency) > 0 {
+			set.Demand.Concurrency = slices.Max(w.Matrix.Concurrency)
+		}
+		if len(w.Matrix.Contexts) > 0 {
+			set.Demand.MinContext = slices.Min(w.Matrix.Contexts)
+		}
+		set.Demand.MaxOutput = w.Matrix.MaxOutput
+	default:
+		if len(w.Chat.Concurrency) > 0 {
+			set.Demand.Concurrency = slices.Max(w.Chat.Concurrency)
+		}
+		set.Demand.PromptTokens = w.Chat.PromptTokens
+		if set.Demand.PromptTokens == 0 {
+			set.Demand.PromptTokens = objective.DefaultPromptTokens
+		}
+		set.Demand.MaxTokens = w.Chat.MaxTokens
+	}
+	return set
+}
+
+// Observe turns a launched config's startup facts into what a Learned
+// keeps (see engine.Rules.Observe).
+func (s *Study) Observe(c *Config, f engine.Facts) (engine.Observation, bool) {
+	return s.Engine.Kind.Rules.Observe(s.View(c), s.Setup(), c.Predicted, f)
 }
 
 func (s *Study) derive(dv Derived, p Params) ([]string, error) {
@@ -326,22 +370,23 @@ func describeRaw(v any) string {
 }
 
 // Check returns every rule the config breaks; none means launchable. It
-// checks the emitted flags against the schema, SGLang's rules (each citing
-// /work/shared/reference/sglang.md) and the study's constraints.
-func (s *Study) Check(c *Config) []Rejection {
-	var out []Rejection
-	args, err := s.Schema.parseArgv(c.Flags)
+// checks the emitted flags against the schema, the engine's rules (each
+// citing its source) with the config's prediction, and the study's
+// constraints.
+func (s *Study) Check(c *Config) []engine.Rejection {
+	var out []engine.Rejection
+	args, err := s.Schema.ParseArgv(c.Flags)
 	if err != nil {
-		return []Rejection{{Rule: "flag_value", Message: err.Error()}}
+		return []engine.Rejection{{Rule: "flag_value", Message: err.Error()}}
 	}
 	seen := map[string]bool{}
 	for _, a := range args {
 		if seen[a.Spec.Name] {
-			out = append(out, Rejection{Rule: "duplicate_flag", Message: fmt.Sprintf("%s is emitted twice", a.Spec.Name)})
+			out = append(out, engine.Rejection{Rule: "duplicate_flag", Message: fmt.Sprintf("%s is emitted twice", a.Spec.Name)})
 		}
 		seen[a.Spec.Name] = true
 	}
-	out = append(out, s.engineRules(c)...)
+	out = append(out, s.Engine.Kind.Rules.Check(s.View(c), s.Setup(), c.Predicted)...)
 	env := s.env(c.Params, &c.Predicted)
 	for i, e := range s.constraints {
 		ok, err := e.EvalBool(env)
@@ -350,9 +395,9 @@ func (s *Study) Check(c *Config) []Rejection {
 		}
 		switch {
 		case err != nil:
-			out = append(out, Rejection{Rule: "constraint", Message: fmt.Sprintf("constraint %q cannot be evaluated: %v", s.Constraints[i], err)})
+			out = append(out, engine.Rejection{Rule: "constraint", Message: fmt.Sprintf("constraint %q cannot be evaluated: %v", s.Constraints[i], err)})
 		case !ok:
-			out = append(out, Rejection{Rule: "constraint", Message: fmt.Sprintf("constraint %q is false with %s", s.Constraints[i], bindings(e, env))})
+			out = append(out, engine.Rejection{Rule: "constraint", Message: fmt.Sprintf("constraint %q is false with %s", s.Constraints[i], bindings(e, env))})
 		}
 	}
 	return out

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/c-bata/goptuna"
+
+	"github.com/sgtune/sgtune/engine"
 )
 
 // ruleStudy is a hybrid-model study with the given fixed flags.
@@ -101,7 +103,7 @@ func TestEngineRules(t *testing.T) {
 			if strings.Contains(tt.extra, "params:") {
 				p = Params{"ep": "2"}
 			}
-			cfg, err := st.Resolve(p)
+			cfg, err := st.Resolve(p, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +113,7 @@ func TestEngineRules(t *testing.T) {
 					t.Errorf("rejected: %+v", rej)
 				}
 			} else {
-				found := slices.ContainsFunc(rej, func(r Rejection) bool { return r.Rule == tt.rule && strings.Contains(r.Message, tt.msg) })
+				found := slices.ContainsFunc(rej, func(r engine.Rejection) bool { return r.Rule == tt.rule && strings.Contains(r.Message, tt.msg) })
 				if !found {
 					t.Errorf("rejections %+v, want %s: %s", rej, tt.rule, tt.msg)
 				}
@@ -148,7 +150,7 @@ func TestSuggestWithGoptuna(t *testing.T) {
 		}
 		seenSpec = seenSpec || hasSteps
 		seenNone = seenNone || !hasSteps
-		cfg, err := st.Resolve(p)
+		cfg, err := st.Resolve(p, nil)
 		if err != nil {
 			return 0, err
 		}
@@ -180,107 +182,26 @@ func TestResolveErrors(t *testing.T) {
 	}
 	good := Params{"ep": "4", "radix_cache": true, "state_slots": "384", "mem_fraction": 0.78, "chunked_prefill": "4096",
 		"cuda_graphs": true, "overlap": true, "speculative": "none"}
-	if _, err := st.Resolve(good); err != nil {
+	if _, err := st.Resolve(good, nil); err != nil {
 		t.Fatal(err)
 	}
 	for k, v := range map[string]any{"ep": "2", "mem_fraction": 0.955, "radix_cache": "yes", "chunked_prefill": 1.5} {
 		p := maps.Clone(good)
 		p[k] = v
-		if _, err := st.Resolve(p); err == nil {
+		if _, err := st.Resolve(p, nil); err == nil {
 			t.Errorf("%s=%v resolved", k, v)
 		}
 	}
 	p := maps.Clone(good)
 	delete(p, "overlap")
-	if _, err := st.Resolve(p); err == nil {
+	if _, err := st.Resolve(p, nil); err == nil {
 		t.Error("missing active param resolved")
 	}
 	// An inactive param is dropped.
 	p = maps.Clone(good)
 	p["spec_steps"] = 3
-	cfg, err := st.Resolve(p)
+	cfg, err := st.Resolve(p, nil)
 	if err != nil || cfg.Params["spec_steps"] != nil || slices.Contains(cfg.Flags, "--speculative-num-steps") {
 		t.Errorf("inactive spec_steps kept: %v %v", err, cfg)
-	}
-}
-
-// TestObserveImprovesPredictions feeds the seed's startup facts to a study
-// whose memory hint is 10% off and checks that predictions converge.
-func TestObserveImprovesPredictions(t *testing.T) {
-	st, err := Load(glmStudy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Memory.RefKVTokens = st.Memory.RefKVTokens * 9 / 10
-	runs := seedRuns(t)
-	meanErr := func(from int) float64 {
-		sum := 0.0
-		for _, r := range runs[from:] {
-			cfg, err := st.Resolve(seedParams(r))
-			if err != nil {
-				t.Fatal(err)
-			}
-			sum += math.Abs(float64(cfg.Predicted.KVTokens-r.Config.KVTokens)) / float64(r.Config.KVTokens)
-		}
-		return sum / float64(len(runs)-from)
-	}
-	before := meanErr(1)
-	st.Observe(seedParams(runs[0]), runs[0].Config.KVTokens, runs[0].Config.EffectiveMaxRunning)
-	after := meanErr(1)
-	t.Logf("mean relative KV error on runs 2-10: %.3f before, %.4f after observing run 1", before, after)
-	if !(after < before/5) {
-		t.Errorf("observing one startup did not improve predictions: %.3f -> %.3f", before, after)
-	}
-	// An observed config predicts exactly what was observed.
-	r := runs[4]
-	st.Observe(seedParams(r), r.Config.KVTokens+12345, 61)
-	cfg, _ := st.Resolve(seedParams(r))
-	if cfg.Predicted.KVTokens != r.Config.KVTokens+12345 || cfg.Predicted.MaxRunningRequests != 61 {
-		t.Errorf("exact observation not reused: %+v", cfg.Predicted)
-	}
-}
-
-// TestObserveLearnsRatio: a build whose ratio differs from the rule teaches
-// the study through one startup log.
-func TestObserveLearnsRatio(t *testing.T) {
-	st := ruleStudy(t, 4, "--max-running-requests 64", "params:\n  - {name: slots, type: categorical, choices: [128, 256], flag: --max-mamba-cache-size}\n")
-	cfg, _ := st.Resolve(Params{"slots": "256"})
-	if cfg.Predicted.StateRatio != 5 || len(st.Check(cfg)) == 0 {
-		t.Fatalf("rule ratio: %+v", cfg.Predicted)
-	}
-	// This engine capped 128 slots at 32: ratio 4 (e.g. FEB-era spec handling).
-	if err := st.ObserveFacts(Params{"slots": "128"}, Facts{MaxRunningRequests: 32, StateSlots: 128}); err != nil {
-		t.Fatal(err)
-	}
-	cfg, _ = st.Resolve(Params{"slots": "256"})
-	if cfg.Predicted.StateRatio != 4 || cfg.Predicted.MaxRunningRequests != 64 || len(st.Check(cfg)) != 0 {
-		t.Errorf("learned ratio not used: %+v %v", cfg.Predicted, st.Check(cfg))
-	}
-}
-
-// TestConcurrentObserveResolve: parallel trials observe and resolve at once.
-func TestConcurrentObserveResolve(t *testing.T) {
-	st, err := Load(glmStudy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := seedRuns(t)
-	done := make(chan struct{})
-	for i := range 4 {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			for j := range 20 {
-				r := runs[(i+j)%len(runs)]
-				if j%3 == 0 {
-					st.Observe(seedParams(r), r.Config.KVTokens, r.Config.EffectiveMaxRunning)
-				}
-				if cfg, err := st.Resolve(seedParams(r)); err == nil {
-					_ = st.Check(cfg)
-				}
-			}
-		}()
-	}
-	for range 4 {
-		<-done
 	}
 }

@@ -89,7 +89,7 @@ func seedFlags(r seed.Run) map[string]string {
 
 func flagMap(t *testing.T, st *Study, flags []string) map[string]string {
 	t.Helper()
-	args, err := st.Schema.parseArgv(flags)
+	args, err := st.Schema.ParseArgv(flags)
 	if err != nil {
 		t.Fatalf("flags %q: %v", flags, err)
 	}
@@ -114,7 +114,7 @@ func TestSeedRunsResolveAndCheck(t *testing.T) {
 	var rejected []string
 	for _, r := range seedRuns(t) {
 		t.Run(r.Name, func(t *testing.T) {
-			cfg, err := st.Resolve(seedParams(r))
+			cfg, err := st.Resolve(seedParams(r), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -167,7 +167,7 @@ func TestSeedRunsResolveAndCheck(t *testing.T) {
 	// With on_limits_reduced: accept, all ten launch.
 	st.OnLimitsReduced = "accept"
 	for _, r := range seedRuns(t) {
-		cfg, err := st.Resolve(seedParams(r))
+		cfg, err := st.Resolve(seedParams(r), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sgtune/sgtune/engine"
+	"github.com/sgtune/sgtune/errext"
 	"github.com/sgtune/sgtune/objective"
 )
 
@@ -27,11 +29,12 @@ type Study struct {
 	GPUGroups       [][]int
 	Params          []Param
 	Constraints     []string
-	Derived         []Derived   // flags computed from params
-	Hybrid          bool        // model has a linear-attention/mamba state pool (model.hybrid)
-	Memory          Memory      // KV-capacity hint (memory:)
-	Schema          *FlagSchema `json:"-"`
-	OnLimitsReduced string      // reject (default) | accept
+	Derived         []Derived          // flags computed from params
+	Hybrid          bool               // model has a linear-attention/mamba state pool (model.hybrid)
+	ModelRevision   string             // model.revision, recorded with trials and exports
+	Memory          engine.Memory      // KV-capacity hint (memory:)
+	Schema          *engine.FlagSchema `json:"-"`
+	OnLimitsReduced string             // reject (default) | accept
 	Workload        objective.Workload
 	Score           objective.ScoreSpec
 	Budget          Budget
@@ -39,13 +42,14 @@ type Study struct {
 
 	fixedArgv   []string // fixed flags in file order
 	constraints []*Expr
-	learn       *learner
 }
 
 // Engine says how to start the serving engine.
 type Engine struct {
-	Name    string   // sglang
-	Command []string // e.g. [python3 -m sglang.launch_server] or [sglang-sim --sim-profile X]
+	Name string // sglang | llamacpp | vllm
+	// Kind is what sgtune knows of the named engine: flags, log, rules.
+	Kind    *engine.Engine `json:"-"`
+	Command []string       // e.g. [python3 -m sglang.launch_server] or [sglang-sim --sim-profile X]
 	// LaunchCommand is what exported launch scripts run; empty means Command.
 	// A study tuned through a simulator or a wrapper deploys with the real one.
 	LaunchCommand []string
@@ -57,7 +61,7 @@ type Engine struct {
 type Budget struct {
 	Trials   int
 	Timeout  time.Duration
-	Sampler  string // tpe (default) | random
+	Sampler  string // tpe (default) | random | grid | goptuna-tpe
 	Seed     int64
 	Parallel int
 }
@@ -124,26 +128,21 @@ type Suggester interface {
 	SuggestCategorical(name string, choices []string) (string, error)
 }
 
-// Prediction is what the engine rules predict for a config.
-type Prediction struct {
-	RequestedMaxRunningRequests int `json:"requested_max_running_requests"`
-	MaxRunningRequests          int `json:"max_running_requests"`
-	StateSlots                  int `json:"state_slots"`
-	StateRatio                  int `json:"state_ratio"`
-	KVTokens                    int `json:"kv_tokens"`
-	// KVTokensNeeded is what the workload needs at its highest running
-	// concurrency: running x (prompt + max tokens); 0 when unknown.
-	KVTokensNeeded int `json:"kv_tokens_needed,omitempty"`
-	// Notes list the engine's auto-adjustments the prediction assumed.
-	Notes []string `json:"notes,omitempty"`
-}
-
 // Config is one point of the space resolved into an engine command line.
 type Config struct {
 	Params    Params            `json:"params"`
-	Flags     []string          `json:"flags"` // engine flags, --model-path first; no --host/--port
+	Flags     []string          `json:"flags"` // engine flags, the model flag first; no --host/--port
 	Env       map[string]string `json:"env,omitempty"`
-	Predicted Prediction        `json:"predicted"`
+	Predicted engine.Prediction `json:"predicted"`
+}
+
+// ServedName is the model name the OpenAI API serves: model.served_name,
+// else the model path.
+func (s *Study) ServedName() string {
+	if s.ServedModelName != "" {
+		return s.ServedModelName
+	}
+	return s.Model
 }
 
 // Argv is the full command line of a config: the engine command, then the
@@ -152,12 +151,6 @@ func (s *Study) Argv(c *Config) []string {
 	return append(append([]string(nil), s.Engine.Command...), c.Flags...)
 }
 
-// Rejection explains why a config cannot work, with its numbers.
-type Rejection struct {
-	Rule    string `json:"rule"`
-	Message string `json:"message"`
-}
-
-// ErrInvalid is wrapped by every error about a malformed study file; the CLI
-// maps it to exit code 2.
-var ErrInvalid = errors.New("invalid study")
+// ErrInvalid is wrapped by every error about a malformed study file; it
+// carries exit code 2 (bad input).
+var ErrInvalid = errext.Bad(errors.New("invalid study"))

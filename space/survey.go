@@ -142,6 +142,9 @@ type Survey struct {
 	Errors     []string         `json:"errors,omitempty"` // params that did not resolve
 	Rejections []RejectionCount `json:"rejections"`
 	Example    *Config          `json:"example_feasible,omitempty"`
+	// Carrying counts the feasible configs that emit each flag of
+	// SurveyLimits.Track.
+	Carrying map[string]int `json:"carrying,omitempty"`
 }
 
 // SurveyLimits bound a survey.
@@ -149,6 +152,9 @@ type SurveyLimits struct {
 	MaxEnumerate int   // enumerate when the space has at most this many configs
 	Samples      int   // otherwise check this many sampled configs
 	Seed         int64 // sampling seed
+	// Track names engine flags (canonical) whose feasible carriers are
+	// counted in Survey.Carrying.
+	Track []string
 }
 
 // DefaultSurveyLimits are what `sgtune check` uses.
@@ -159,13 +165,16 @@ var DefaultSurveyLimits = SurveyLimits{MaxEnumerate: 200000, Samples: 5000, Seed
 // groups the rejections by message. It launches nothing.
 func (s *Study) Survey(lim SurveyLimits) Survey {
 	out := Survey{Study: s.Name, Path: s.Path, Schema: s.Schema.Source}
+	if len(lim.Track) > 0 {
+		out.Carrying = map[string]int{}
+	}
 	for _, p := range s.Params {
 		out.Params = append(out.Params, p.Name)
 	}
 	counts := map[string]*RejectionCount{}
 	check := func(p Params) bool {
 		out.Checked++
-		cfg, err := s.Resolve(p)
+		cfg, err := s.Resolve(p, nil)
 		if err != nil {
 			if len(out.Errors) < 10 {
 				out.Errors = append(out.Errors, err.Error())
@@ -178,6 +187,14 @@ func (s *Study) Survey(lim SurveyLimits) Survey {
 			out.Feasible++
 			if out.Example == nil {
 				out.Example = cfg
+			}
+			if len(lim.Track) > 0 {
+				v := s.View(cfg)
+				for _, f := range lim.Track {
+					if v.On(f) {
+						out.Carrying[f]++
+					}
+				}
 			}
 			return true
 		}

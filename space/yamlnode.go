@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sgtune/sgtune/engine"
 )
 
 // FieldError is one problem in a study file, at a line and column.
@@ -143,7 +145,7 @@ func (d *dec) mapping(n *yaml.Node, path string, allowed ...string) *mapNode {
 		key := k.Value
 		if !slices.Contains(allowed, key) {
 			sorted := slices.Sorted(slices.Values(allowed))
-			d.fail(k, join(path, key), "unknown field (did you mean %s?); valid: %s", closest(key, allowed), strings.Join(sorted, ", "))
+			d.fail(k, join(path, key), "unknown field (did you mean %s?); valid: %s", engine.Nearest(key, allowed), strings.Join(sorted, ", "))
 			continue
 		}
 		if _, dup := m.vals[key]; dup {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,8 +43,8 @@ func mustTrial(t *testing.T, s *Store, study int) int {
 	return id
 }
 
-func TestTrialRoundTrip(t *testing.T) {
-	s := newStore(t)
+func testTrialRoundTrip(t *testing.T, b *backend) {
+	s := b.open(t)
 	study := mustStudy(t, s, "rt", goptuna.StudyDirectionMaximize)
 	before := time.Now()
 	id := mustTrial(t, s, study)
@@ -151,8 +152,8 @@ func must(t *testing.T, err error) {
 	}
 }
 
-func TestFinishedTrialSettersFail(t *testing.T) {
-	s := newStore(t)
+func testFinishedTrialSettersFail(t *testing.T, b *backend) {
+	s := b.open(t)
 	study := mustStudy(t, s, "fin", goptuna.StudyDirectionMinimize)
 	setters := map[string]func(id int) error{
 		"SetTrialValue":             func(id int) error { return s.SetTrialValue(id, 1) },
@@ -185,7 +186,7 @@ func TestFinishedTrialSettersFail(t *testing.T) {
 	}
 }
 
-func TestSetTrialStateTransitions(t *testing.T) {
+func testSetTrialStateTransitions(t *testing.T, b *backend) {
 	tests := []struct {
 		name    string
 		from    goptuna.TrialState
@@ -201,7 +202,7 @@ func TestSetTrialStateTransitions(t *testing.T) {
 		{"complete to complete", goptuna.TrialStateComplete, goptuna.TrialStateComplete, goptuna.ErrTrialCannotBeUpdated},
 		{"fail to running", goptuna.TrialStateFail, goptuna.TrialStateRunning, goptuna.ErrTrialCannotBeUpdated},
 	}
-	s := newStore(t)
+	s := b.open(t)
 	study := mustStudy(t, s, "st", goptuna.StudyDirectionMinimize)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -227,7 +228,7 @@ func TestSetTrialStateTransitions(t *testing.T) {
 	}
 }
 
-func TestGetBestTrial(t *testing.T) {
+func testGetBestTrial(t *testing.T, b *backend) {
 	type tr struct {
 		state goptuna.TrialState
 		value float64
@@ -249,7 +250,7 @@ func TestGetBestTrial(t *testing.T) {
 		{"tie takes lowest number", goptuna.StudyDirectionMaximize,
 			[]tr{{goptuna.TrialStateComplete, 1}, {goptuna.TrialStateComplete, 5}, {goptuna.TrialStateComplete, 5}}, 1, nil},
 	}
-	s := newStore(t)
+	s := b.open(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			study := mustStudy(t, s, tc.name, tc.direction)
@@ -271,13 +272,13 @@ func TestGetBestTrial(t *testing.T) {
 	}
 }
 
-func TestStudies(t *testing.T) {
-	s := newStore(t)
+func testStudies(t *testing.T, b *backend) {
+	s := b.open(t)
 	a := mustStudy(t, s, "a", goptuna.StudyDirectionMaximize)
 	if _, err := s.CreateNewStudy("a"); !errors.Is(err, ErrDuplicateStudy) {
 		t.Fatalf("duplicate study: %v", err)
 	}
-	b, err := s.CreateNewStudy("")
+	b2, err := s.CreateNewStudy("")
 	must(t, err)
 	if id, err := s.GetStudyIDFromName("a"); err != nil || id != a {
 		t.Fatalf("GetStudyIDFromName = %v, %v", id, err)
@@ -307,7 +308,7 @@ func TestStudies(t *testing.T) {
 	sums, err := s.GetAllStudySummaries()
 	must(t, err)
 	if len(sums) != 2 || sums[0].Name != "a" || sums[0].BestTrial.Value != 42 || sums[0].UserAttrs["space"] != "demo2" ||
-		sums[0].DatetimeStart.IsZero() || sums[1].ID != b || sums[1].BestTrial.ID != 0 {
+		sums[0].DatetimeStart.IsZero() || sums[1].ID != b2 || sums[1].BestTrial.ID != 0 {
 		t.Fatalf("summaries = %+v", sums)
 	}
 	names, err := s.StudyNames()
@@ -348,7 +349,7 @@ func TestStudies(t *testing.T) {
 		t.Fatalf("trial survived DeleteStudy: %v", err)
 	}
 	var n int
-	must(t, s.rdb.QueryRow("SELECT count(*) FROM points").Scan(&n))
+	must(t, queryRow(s, "SELECT count(*) FROM points").Scan(&n))
 	if n != 0 {
 		t.Fatalf("%d points survived DeleteStudy", n)
 	}
@@ -358,8 +359,8 @@ func TestStudies(t *testing.T) {
 	must(t, s.IntegrityCheck())
 }
 
-func TestEnsureStudy(t *testing.T) {
-	s := newStore(t)
+func testEnsureStudy(t *testing.T, b *backend) {
+	s := b.open(t)
 	id, created, err := s.EnsureStudy("demo", goptuna.StudyDirectionMaximize)
 	if err != nil || !created {
 		t.Fatalf("first EnsureStudy = %d, %v, %v", id, created, err)
@@ -376,4 +377,49 @@ func TestEnsureStudy(t *testing.T) {
 	if st.ID != id || st.Direction() != goptuna.StudyDirectionMaximize {
 		t.Fatalf("LoadOrCreateStudy: id %d direction %s", st.ID, st.Direction())
 	}
+}
+
+// Two processes ending one trial at once (its owner completing it, a reaper
+// failing it): exactly one wins and the other gets ErrTrialCannotBeUpdated,
+// and the winner's state and attributes are what is stored.
+func testConcurrentFinish(t *testing.T, b *backend) {
+	const trials = 40
+	dsn := b.newDSN(t)
+	owner, reaper := openDSN(t, dsn), openDSN(t, dsn)
+	study := mustStudy(t, owner, "race", goptuna.StudyDirectionMaximize)
+	ids := make([]int, trials)
+	for i := range ids {
+		ids[i] = mustTrial(t, owner, study)
+	}
+	completeErr := make([]error, trials)
+	failErr := make([]error, trials)
+	for i, id := range ids {
+		// Both start together on each trial, so their transactions overlap.
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		wg.Go(func() { <-start; completeErr[i] = owner.SetTrialState(id, goptuna.TrialStateComplete) })
+		wg.Go(func() { <-start; failErr[i] = reaper.FailTrial(id, "reaped") })
+		close(start)
+		wg.Wait()
+	}
+	wins := map[string]int{}
+	for i, id := range ids {
+		tr, err := owner.GetTrial(id)
+		must(t, err)
+		switch {
+		case completeErr[i] == nil && errors.Is(failErr[i], goptuna.ErrTrialCannotBeUpdated):
+			if tr.State != goptuna.TrialStateComplete || tr.UserAttrs[AttrReason] != "" {
+				t.Fatalf("trial %d: complete won but stored %s %v", id, tr.State, tr.UserAttrs)
+			}
+			wins["complete"]++
+		case failErr[i] == nil && errors.Is(completeErr[i], goptuna.ErrTrialCannotBeUpdated):
+			if tr.State != goptuna.TrialStateFail || tr.UserAttrs[AttrReason] != "reaped" {
+				t.Fatalf("trial %d: fail won but stored %s %v", id, tr.State, tr.UserAttrs)
+			}
+			wins["fail"]++
+		default:
+			t.Fatalf("trial %d: SetTrialState = %v, FailTrial = %v; want exactly one to succeed", id, completeErr[i], failErr[i])
+		}
+	}
+	t.Logf("%d trials ended by two racing processes: %v", trials, wins)
 }

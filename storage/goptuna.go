@@ -68,10 +68,14 @@ func checkValue(v float64) error {
 	return nil
 }
 
+// isUnique reports a unique or primary-key violation from either driver.
 func isUnique(err error) bool {
 	var se sqlite3.Error
-	return errors.As(err, &se) && se.Code == sqlite3.ErrConstraint &&
-		(se.ExtendedCode == sqlite3.ErrConstraintUnique || se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey)
+	if errors.As(err, &se) {
+		return se.Code == sqlite3.ErrConstraint &&
+			(se.ExtendedCode == sqlite3.ErrConstraintUnique || se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey)
+	}
+	return pgCode(err) == "23505"
 }
 
 type queryer interface {
@@ -88,10 +92,26 @@ func studyExists(q queryer, studyID int) error {
 	return err
 }
 
-// trialState returns a trial's state, or ErrInvalidTrialID.
-func trialState(q queryer, trialID int) (goptuna.TrialState, error) {
+// lockStudy fails with ErrInvalidStudyID unless the study exists; in a
+// PostgreSQL write transaction it also locks the study's row, which
+// serializes what depends on all of a study's trials (the next trial
+// number, the launch count).
+func lockStudy(tx *txn, studyID int) error {
+	var one int
+	err := tx.QueryRow("SELECT 1 FROM studies WHERE study_id = ?"+tx.lock(), studyID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return goptuna.ErrInvalidStudyID
+	}
+	return err
+}
+
+// trialState returns a trial's state, or ErrInvalidTrialID. In a PostgreSQL
+// write transaction it locks the trial's row first, so the state cannot
+// change before the transaction that checked it commits: every write to a
+// trial goes through here (or through updatable).
+func trialState(tx *txn, trialID int) (goptuna.TrialState, error) {
 	var n string
-	err := q.QueryRow("SELECT state FROM trials WHERE trial_id = ?", trialID).Scan(&n)
+	err := tx.QueryRow("SELECT state FROM trials WHERE trial_id = ?"+tx.lock(), trialID).Scan(&n)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, goptuna.ErrInvalidTrialID
 	}
@@ -102,8 +122,8 @@ func trialState(q queryer, trialID int) (goptuna.TrialState, error) {
 }
 
 // updatable fails unless the trial exists and is RUNNING or WAITING.
-func updatable(q queryer, trialID int) error {
-	st, err := trialState(q, trialID)
+func updatable(tx *txn, trialID int) error {
+	st, err := trialState(tx, trialID)
 	if err != nil {
 		return err
 	}
@@ -118,7 +138,7 @@ func updatable(q queryer, trialID int) error {
 // ErrDuplicateStudy.
 func (s *Store) CreateNewStudy(name string) (int, error) {
 	var id int64
-	err := s.write(func(tx *sql.Tx) error {
+	err := s.write(func(tx *txn) error {
 		if name == "" {
 			var next int64
 			if err := tx.QueryRow("SELECT COALESCE(MAX(study_id), 0) + 1 FROM studies").Scan(&next); err != nil {
@@ -126,14 +146,11 @@ func (s *Store) CreateNewStudy(name string) (int, error) {
 			}
 			name = fmt.Sprintf("%s%d-%d", goptuna.DefaultStudyNamePrefix, next, time.Now().UnixNano())
 		}
-		res, err := tx.Exec("INSERT INTO studies(name, direction, created_ns) VALUES (?, 'minimize', ?)", name, time.Now().UnixNano())
+		err := tx.QueryRow("INSERT INTO studies(name, direction, created_ns) VALUES (?, 'minimize', ?) RETURNING study_id",
+			name, time.Now().UnixNano()).Scan(&id)
 		if isUnique(err) {
 			return fmt.Errorf("storage: %q: %w", name, ErrDuplicateStudy)
 		}
-		if err != nil {
-			return err
-		}
-		id, err = res.LastInsertId()
 		return err
 	})
 	if err != nil {
@@ -144,16 +161,26 @@ func (s *Store) CreateNewStudy(name string) (int, error) {
 
 // DeleteStudy deletes a study with its trials, points and requests.
 func (s *Store) DeleteStudy(studyID int) error {
-	return s.write(func(tx *sql.Tx) error {
+	return s.write(func(tx *txn) error {
 		res, err := tx.Exec("DELETE FROM studies WHERE study_id = ?", studyID)
 		if err != nil {
 			return err
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return goptuna.ErrInvalidStudyID
-		}
-		return nil
+		return affectedStudy(res)
 	})
+}
+
+// affectedStudy is ErrInvalidStudyID when a statement on one study changed
+// no row.
+func affectedStudy(res sql.Result) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return goptuna.ErrInvalidStudyID
+	}
+	return nil
 }
 
 // SetStudyDirection sets whether the study minimises or maximises.
@@ -161,20 +188,17 @@ func (s *Store) SetStudyDirection(studyID int, direction goptuna.StudyDirection)
 	if direction != goptuna.StudyDirectionMaximize && direction != goptuna.StudyDirectionMinimize {
 		return fmt.Errorf("storage: invalid study direction %q", direction)
 	}
-	return s.write(func(tx *sql.Tx) error {
+	return s.write(func(tx *txn) error {
 		res, err := tx.Exec("UPDATE studies SET direction = ? WHERE study_id = ?", string(direction), studyID)
 		if err != nil {
 			return err
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return goptuna.ErrInvalidStudyID
-		}
-		return nil
+		return affectedStudy(res)
 	})
 }
 
 func (s *Store) setStudyAttr(studyID int, kind, key, value string) error {
-	return s.write(func(tx *sql.Tx) error {
+	return s.write(func(tx *txn) error {
 		if err := studyExists(tx, studyID); err != nil {
 			return err
 		}
@@ -198,7 +222,7 @@ func (s *Store) SetStudySystemAttr(studyID int, key, value string) error {
 // ErrStudyNotFound.
 func (s *Store) GetStudyIDFromName(name string) (int, error) {
 	id := -1
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		err := tx.QueryRow("SELECT study_id FROM studies WHERE name = ?", name).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("storage: %q: %w", name, ErrStudyNotFound)
@@ -214,7 +238,7 @@ func (s *Store) GetStudyIDFromName(name string) (int, error) {
 // GetStudyIDFromTrialID returns the study a trial belongs to.
 func (s *Store) GetStudyIDFromTrialID(trialID int) (int, error) {
 	id := -1
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		err := tx.QueryRow("SELECT study_id FROM trials WHERE trial_id = ?", trialID).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
 			return goptuna.ErrInvalidTrialID
@@ -230,7 +254,7 @@ func (s *Store) GetStudyIDFromTrialID(trialID int) (int, error) {
 // GetStudyNameFromID returns a study's name.
 func (s *Store) GetStudyNameFromID(studyID int) (string, error) {
 	var name string
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		err := tx.QueryRow("SELECT name FROM studies WHERE study_id = ?", studyID).Scan(&name)
 		if errors.Is(err, sql.ErrNoRows) {
 			return goptuna.ErrInvalidStudyID
@@ -243,7 +267,7 @@ func (s *Store) GetStudyNameFromID(studyID int) (string, error) {
 // GetStudyDirection returns a study's direction.
 func (s *Store) GetStudyDirection(studyID int) (goptuna.StudyDirection, error) {
 	var d string
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		return studyDirection(tx, studyID, &d)
 	})
 	if err != nil {
@@ -279,7 +303,7 @@ func attrs(q queryer, query string, args ...any) (map[string]string, error) {
 
 func (s *Store) studyAttrs(studyID int, kind string) (map[string]string, error) {
 	var m map[string]string
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		if err := studyExists(tx, studyID); err != nil {
 			return err
 		}
@@ -305,7 +329,7 @@ func (s *Store) GetStudySystemAttrs(studyID int) (map[string]string, error) {
 // consistent snapshot.
 func (s *Store) GetAllStudySummaries() ([]goptuna.StudySummary, error) {
 	var out []goptuna.StudySummary
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		rows, err := tx.Query(`SELECT s.study_id, s.name, s.direction,
 			(SELECT MIN(start_ns) FROM trials t WHERE t.study_id = s.study_id)
 			FROM studies s ORDER BY s.study_id`)
@@ -350,27 +374,34 @@ func (s *Store) GetAllStudySummaries() ([]goptuna.StudySummary, error) {
 // insertTrial gives a new trial the next number of its study: numbers are unique per
 // study (UNIQUE constraint) and continue across processes and resumes.
 const insertTrial = `INSERT INTO trials(study_id, number, state, value, start_ns, complete_ns, heartbeat_ns)
-	VALUES (?, (SELECT COALESCE(MAX(number) + 1, 0) FROM trials WHERE study_id = ?), ?, ?, ?, ?, ?)`
+	VALUES (?, (SELECT COALESCE(MAX(number) + 1, 0) FROM trials WHERE study_id = ?), ?, ?, ?, ?, ?)
+	RETURNING trial_id`
+
+// newTrial inserts a trial with the next number of its study and returns its
+// ID. The study's row lock (PostgreSQL) makes concurrent inserters number
+// one after the other; SQLite's write lock already does.
+func newTrial(tx *txn, studyID int, state string, value, start, complete, heartbeat any) (int, error) {
+	if err := lockStudy(tx, studyID); err != nil {
+		return -1, err
+	}
+	var id int
+	err := tx.QueryRow(insertTrial, studyID, studyID, state, value, start, complete, heartbeat).Scan(&id)
+	return id, err
+}
 
 // CreateNewTrial creates a RUNNING trial with the next number of the study.
 func (s *Store) CreateNewTrial(studyID int) (int, error) {
-	var id int64
-	err := s.write(func(tx *sql.Tx) error {
-		if err := studyExists(tx, studyID); err != nil {
-			return err
-		}
+	var id int
+	err := s.write(func(tx *txn) error {
 		now := time.Now().UnixNano()
-		res, err := tx.Exec(insertTrial, studyID, studyID, "RUNNING", nil, now, nil, now)
-		if err != nil {
-			return err
-		}
-		id, err = res.LastInsertId()
+		var err error
+		id, err = newTrial(tx, studyID, "RUNNING", nil, now, nil, now)
 		return err
 	})
 	if err != nil {
 		return -1, err
 	}
-	return int(id), nil
+	return id, nil
 }
 
 // CloneTrial creates a trial with the next number of the study and the
@@ -401,11 +432,8 @@ func (s *Store) CloneTrial(studyID int, base goptuna.FrozenTrial) (int, error) {
 		}
 		params = append(params, param{name, v, string(js)})
 	}
-	var id int64
-	err = s.write(func(tx *sql.Tx) error {
-		if err := studyExists(tx, studyID); err != nil {
-			return err
-		}
+	var id int
+	err = s.write(func(tx *txn) error {
 		var hb any
 		if base.State == goptuna.TrialStateRunning {
 			hb = time.Now().UnixNano()
@@ -414,11 +442,9 @@ func (s *Store) CloneTrial(studyID int, base goptuna.FrozenTrial) (int, error) {
 		if start.IsZero() && base.State != goptuna.TrialStateWaiting {
 			start = time.Now()
 		}
-		res, err := tx.Exec(insertTrial, studyID, studyID, st, base.Value, timeNS(start), timeNS(base.DatetimeComplete), hb)
+		var err error
+		id, err = newTrial(tx, studyID, st, base.Value, timeNS(start), timeNS(base.DatetimeComplete), hb)
 		if err != nil {
-			return err
-		}
-		if id, err = res.LastInsertId(); err != nil {
 			return err
 		}
 		for _, p := range params {
@@ -446,7 +472,7 @@ func (s *Store) CloneTrial(studyID int, base goptuna.FrozenTrial) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	return int(id), nil
+	return id, nil
 }
 
 // SetTrialValue sets the objective value of an unfinished trial.
@@ -454,7 +480,7 @@ func (s *Store) SetTrialValue(trialID int, value float64) error {
 	if err := checkValue(value); err != nil {
 		return err
 	}
-	return s.write(func(tx *sql.Tx) error {
+	return s.write(func(tx *txn) error {
 		if err := updatable(tx, trialID); err != nil {
 			return err
 		}
@@ -468,7 +494,7 @@ func (s *Store) SetTrialIntermediateValue(trialID int, step int, value float64) 
 	if err := checkValue(value); err != nil {
 		return err
 	}
-	return s.write(func(tx *sql.Tx) error {
+	return s.write(func(tx *txn) error {
 		if err := updatable(tx, trialID); err != nil {
 			return err
 		}
@@ -491,7 +517,7 @@ func (s *Store) SetTrialParam(trialID int, name string, internal float64, distri
 	if err := checkValue(internal); err != nil {
 		return err
 	}
-	return s.write(func(tx *sql.Tx) error {
+	return s.write(func(tx *txn) error {
 		if err := updatable(tx, trialID); err != nil {
 			return err
 		}
@@ -511,12 +537,12 @@ func (s *Store) SetTrialState(trialID int, state goptuna.TrialState) error {
 	if err != nil {
 		return err
 	}
-	return s.write(func(tx *sql.Tx) error {
+	return s.write(func(tx *txn) error {
 		return setState(tx, trialID, state, name)
 	})
 }
 
-func setState(tx *sql.Tx, trialID int, state goptuna.TrialState, name string) error {
+func setState(tx *txn, trialID int, state goptuna.TrialState, name string) error {
 	prev, err := trialState(tx, trialID)
 	if err != nil {
 		return err
@@ -526,6 +552,11 @@ func setState(tx *sql.Tx, trialID int, state goptuna.TrialState, name string) er
 	}
 	now := time.Now().UnixNano()
 	switch {
+	case state == goptuna.TrialStateFail:
+		// FAIL is how an interrupted or reaped trial ends: it gives its
+		// launch back to the study's budget (its retry claims one again);
+		// COMPLETE and PRUNED trials keep theirs.
+		_, err = tx.Exec("UPDATE trials SET state = ?, complete_ns = ?, launch_ns = NULL WHERE trial_id = ?", name, now, trialID)
 	case state.IsFinished():
 		_, err = tx.Exec("UPDATE trials SET state = ?, complete_ns = ? WHERE trial_id = ?", name, now, trialID)
 	case state == goptuna.TrialStateRunning:
@@ -536,14 +567,14 @@ func setState(tx *sql.Tx, trialID int, state goptuna.TrialState, name string) er
 	return err
 }
 
-func setTrialAttr(tx *sql.Tx, trialID int, kind, key, value string) error {
+func setTrialAttr(tx *txn, trialID int, kind, key, value string) error {
 	_, err := tx.Exec(`INSERT INTO trial_attrs(trial_id, kind, key, value) VALUES (?, ?, ?, ?)
 		ON CONFLICT(trial_id, kind, key) DO UPDATE SET value = excluded.value`, trialID, kind, key, value)
 	return err
 }
 
 func (s *Store) setTrialAttr(trialID int, kind, key, value string) error {
-	return s.write(func(tx *sql.Tx) error {
+	return s.write(func(tx *txn) error {
 		if err := updatable(tx, trialID); err != nil {
 			return err
 		}
@@ -564,7 +595,7 @@ func (s *Store) SetTrialSystemAttr(trialID int, key, value string) error {
 // GetTrialNumberFromID returns a trial's number within its study.
 func (s *Store) GetTrialNumberFromID(trialID int) (int, error) {
 	n := -1
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		err := tx.QueryRow("SELECT number FROM trials WHERE trial_id = ?", trialID).Scan(&n)
 		if errors.Is(err, sql.ErrNoRows) {
 			return goptuna.ErrInvalidTrialID
@@ -580,7 +611,7 @@ func (s *Store) GetTrialNumberFromID(trialID int) (int, error) {
 // GetTrialParam returns a parameter's internal representation.
 func (s *Store) GetTrialParam(trialID int, name string) (float64, error) {
 	v := -1.0
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		if _, err := trialState(tx, trialID); err != nil {
 			return err
 		}
@@ -599,7 +630,7 @@ func (s *Store) GetTrialParam(trialID int, name string) (float64, error) {
 // GetTrial returns one trial.
 func (s *Store) GetTrial(trialID int) (goptuna.FrozenTrial, error) {
 	var out goptuna.FrozenTrial
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		ts, err := loadTrials(tx, "t.trial_id = ?", trialID)
 		if err != nil {
 			return err
@@ -617,7 +648,7 @@ func (s *Store) GetTrial(trialID int) (goptuna.FrozenTrial, error) {
 // transaction so the trials and their params/values/attrs agree.
 func (s *Store) GetAllTrials(studyID int) ([]goptuna.FrozenTrial, error) {
 	var out []goptuna.FrozenTrial
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		if err := studyExists(tx, studyID); err != nil {
 			return err
 		}
@@ -633,7 +664,7 @@ func (s *Store) GetAllTrials(studyID int) ([]goptuna.FrozenTrial, error) {
 // goptuna.ErrNoCompletedTrials.
 func (s *Store) GetBestTrial(studyID int) (goptuna.FrozenTrial, error) {
 	var out goptuna.FrozenTrial
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		var d string
 		if err := studyDirection(tx, studyID, &d); err != nil {
 			return err
@@ -680,7 +711,7 @@ func (s *Store) GetTrialParams(trialID int) (map[string]interface{}, error) {
 
 func (s *Store) trialAttrs(trialID int, kind string) (map[string]string, error) {
 	var m map[string]string
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		if _, err := trialState(tx, trialID); err != nil {
 			return err
 		}
@@ -834,7 +865,8 @@ func (s *Store) EnsureStudy(name string, direction goptuna.StudyDirection) (id i
 	if name == "" {
 		return -1, false, errors.New("storage: empty study name")
 	}
-	err = s.write(func(tx *sql.Tx) error {
+	err = s.write(func(tx *txn) error {
+		created = false // write may re-run this after a transient failure
 		var d string
 		err := tx.QueryRow("SELECT study_id, direction FROM studies WHERE name = ?", name).Scan(&id, &d)
 		if err == nil {
@@ -846,13 +878,25 @@ func (s *Store) EnsureStudy(name string, direction goptuna.StudyDirection) (id i
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		res, err := tx.Exec("INSERT INTO studies(name, direction, created_ns) VALUES (?, ?, ?)", name, string(direction), time.Now().UnixNano())
-		if err != nil {
+		// DO NOTHING: a PostgreSQL transaction that loses the race waits
+		// for the winner's commit, inserts nothing, and (READ COMMITTED)
+		// sees the winner's row in its next statement.
+		err = tx.QueryRow(`INSERT INTO studies(name, direction, created_ns) VALUES (?, ?, ?)
+			ON CONFLICT(name) DO NOTHING RETURNING study_id`, name, string(direction), time.Now().UnixNano()).Scan(&id)
+		if err == nil {
+			created = true
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		n, err := res.LastInsertId()
-		id, created = int(n), true
-		return err
+		if err := tx.QueryRow("SELECT study_id, direction FROM studies WHERE name = ?", name).Scan(&id, &d); err != nil {
+			return err
+		}
+		if d != string(direction) {
+			return fmt.Errorf("storage: study %q exists with direction %s, not %s", name, d, direction)
+		}
+		return nil
 	})
 	if err != nil {
 		return -1, false, err

@@ -15,26 +15,12 @@ import (
 	"github.com/sgtune/sgtune/objective"
 )
 
-// Attribute keys written by RequeueTrial, FailTrial and ReapStale. They use
-// the search package's vocabulary so its records decode them.
-const (
-	AttrReason  = "sgtune.reason"   // user attr: why a trial failed or was retried
-	AttrState   = "sgtune.state"    // user attr: sgtune's finer state ("interrupted")
-	AttrRetryOf = "sgtune.retry_of" // system attr of a retry: the original trial's number
-	AttrRetries = "sgtune.retries"  // user attr of a retry: how many retries preceded it
-	// AttrFixedParams is goptuna's system attr holding the internal params
-	// a WAITING trial must use (what Study.EnqueueTrial writes).
-	AttrFixedParams = "fixed_params"
-	// StateInterrupted is the AttrState value of a trial reaped as stale.
-	StateInterrupted = "interrupted"
-)
-
 // SavePoints stores the measured points of a trial, replacing any points
 // stored before, in one transaction: a reader sees all of them or the old
 // set. Calling it again with a longer slice as a sweep progresses is fine.
 // It works in any trial state (points may be saved after the trial ended).
 func (s *Store) SavePoints(trialID int, pts []objective.Point) error {
-	return s.write(func(tx *sql.Tx) error {
+	return s.write(func(tx *txn) error {
 		if _, err := trialState(tx, trialID); err != nil {
 			return err
 		}
@@ -47,7 +33,7 @@ func (s *Store) SavePoints(trialID int, pts []objective.Point) error {
 
 // AppendPoints adds points after those already stored for a trial.
 func (s *Store) AppendPoints(trialID int, pts []objective.Point) error {
-	return s.write(func(tx *sql.Tx) error {
+	return s.write(func(tx *txn) error {
 		if _, err := trialState(tx, trialID); err != nil {
 			return err
 		}
@@ -69,7 +55,7 @@ func finite(v float64) float64 {
 	return v
 }
 
-func insertPoints(tx *sql.Tx, trialID, seq int, pts []objective.Point) error {
+func insertPoints(tx *txn, trialID, seq int, pts []objective.Point) error {
 	if len(pts) == 0 {
 		return nil
 	}
@@ -100,7 +86,7 @@ func insertPoints(tx *sql.Tx, trialID, seq int, pts []objective.Point) error {
 // when none; ErrInvalidTrialID when the trial does not exist).
 func (s *Store) Points(trialID int) ([]objective.Point, error) {
 	var out []objective.Point
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		if _, err := trialState(tx, trialID); err != nil {
 			return err
 		}
@@ -115,7 +101,7 @@ func (s *Store) Points(trialID int) ([]objective.Point, error) {
 // ID, from one snapshot.
 func (s *Store) StudyPoints(studyID int) (map[int][]objective.Point, error) {
 	var out map[int][]objective.Point
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		if err := studyExists(tx, studyID); err != nil {
 			return err
 		}
@@ -168,34 +154,42 @@ func (s *Store) SaveRequests(trialID int, recs []RequestRecord) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	return s.write(func(tx *sql.Tx) error {
+	return s.write(func(tx *txn) error {
 		if _, err := trialState(tx, trialID); err != nil {
 			return err
 		}
-		var next int
-		if err := tx.QueryRow("SELECT COALESCE(MAX(seq) + 1, 0) FROM requests WHERE trial_id = ?", trialID).Scan(&next); err != nil {
-			return err
-		}
-		stmt, err := tx.Prepare(`INSERT INTO requests(trial_id, seq, phase, concurrency, repeat, context, idx,
-			ttft_s, latency_s, output_tokens, ok, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-		if err != nil {
-			return err
-		}
-		defer stmt.Close()
-		for i, r := range recs {
-			if _, err := stmt.Exec(trialID, next+i, r.Phase, r.Concurrency, r.Repeat, r.Context, r.Index,
-				finite(r.TTFT), finite(r.Latency), r.OutputTokens, r.OK, r.Error); err != nil {
-				return err
-			}
-		}
-		return nil
+		return insertRequests(tx, trialID, recs)
 	})
+}
+
+// insertRequests appends request records after those stored for a trial.
+func insertRequests(tx *txn, trialID int, recs []RequestRecord) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	var next int
+	if err := tx.QueryRow("SELECT COALESCE(MAX(seq) + 1, 0) FROM requests WHERE trial_id = ?", trialID).Scan(&next); err != nil {
+		return err
+	}
+	stmt, err := tx.Prepare(`INSERT INTO requests(trial_id, seq, phase, concurrency, repeat, context, idx,
+		ttft_s, latency_s, output_tokens, ok, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	for i, r := range recs {
+		if _, err := stmt.Exec(trialID, next+i, r.Phase, r.Concurrency, r.Repeat, r.Context, r.Index,
+			finite(r.TTFT), finite(r.Latency), r.OutputTokens, r.OK, r.Error); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Requests returns a trial's request records in the order they were saved.
 func (s *Store) Requests(trialID int) ([]RequestRecord, error) {
 	var out []RequestRecord
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		if _, err := trialState(tx, trialID); err != nil {
 			return err
 		}
@@ -222,7 +216,11 @@ func (s *Store) Requests(trialID int) ([]RequestRecord, error) {
 // goptuna.ErrTrialCannotBeUpdated when the trial is no longer RUNNING (for
 // example another process reaped it as stale): the owner should stop.
 func (s *Store) Heartbeat(trialID int) error {
-	return s.write(func(tx *sql.Tx) error {
+	return s.heartbeat(context.Background(), trialID)
+}
+
+func (s *Store) heartbeat(ctx context.Context, trialID int) error {
+	return s.writeCtx(ctx, func(tx *txn) error {
 		st, err := trialState(tx, trialID)
 		if err != nil {
 			return err
@@ -251,7 +249,7 @@ func (s *Store) KeepAlive(ctx context.Context, trialID int, interval time.Durati
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			if err := s.Heartbeat(trialID); err != nil {
+			if err := s.heartbeat(ctx, trialID); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -265,7 +263,7 @@ func (s *Store) KeepAlive(ctx context.Context, trialID int, interval time.Durati
 // did; zero when neither is known).
 func (s *Store) LastHeartbeat(trialID int) (time.Time, error) {
 	var ns sql.NullInt64
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		err := tx.QueryRow("SELECT COALESCE(heartbeat_ns, start_ns) FROM trials WHERE trial_id = ?", trialID).Scan(&ns)
 		if errors.Is(err, sql.ErrNoRows) {
 			return goptuna.ErrInvalidTrialID
@@ -282,7 +280,7 @@ const staleQuery = `SELECT trial_id FROM trials WHERE study_id = ? AND state = '
 // heartbeat, or start when they never beat, is older than d.
 func (s *Store) StaleRunning(studyID int, d time.Duration) ([]int, error) {
 	var out []int
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		if err := studyExists(tx, studyID); err != nil {
 			return err
 		}
@@ -312,8 +310,10 @@ func ints(q queryer, query string, args ...any) ([]int, error) {
 
 // FailTrial sets an unfinished trial to FAIL with user attr AttrReason in
 // one transaction (goptuna.ErrTrialCannotBeUpdated when already finished).
+// Like every move to FAIL, it gives the trial's launch back to the study's
+// budget (see ClaimLaunch).
 func (s *Store) FailTrial(trialID int, reason string) error {
-	return s.write(func(tx *sql.Tx) error {
+	return s.write(func(tx *txn) error {
 		if err := updatable(tx, trialID); err != nil {
 			return err
 		}
@@ -329,10 +329,12 @@ func (s *Store) FailTrial(trialID int, reason string) error {
 // one keeps its state), and a WAITING trial is added with the next number,
 // system attrs AttrFixedParams (its internal params, which goptuna's
 // Suggest* use) and AttrRetryOf (the original number), and user attr
-// AttrRetries. goptuna's Optimize, or ClaimWaitingTrial, picks it up.
+// AttrRetries. goptuna's Optimize, or ClaimWaitingTrial, picks it up. The
+// failed original gives its launch back (see ClaimLaunch); the retry is
+// not counted until it is claimed.
 func (s *Store) RequeueTrial(trialID int, reason string) (int, error) {
 	var id int
-	err := s.write(func(tx *sql.Tx) error {
+	err := s.write(func(tx *txn) error {
 		var err error
 		id, err = requeue(tx, trialID, reason, "")
 		return err
@@ -343,7 +345,10 @@ func (s *Store) RequeueTrial(trialID int, reason string) (int, error) {
 	return id, nil
 }
 
-func requeue(tx *sql.Tx, trialID int, reason, state string) (int, error) {
+func requeue(tx *txn, trialID int, reason, state string) (int, error) {
+	if _, err := trialState(tx, trialID); err != nil { // lock it first (PostgreSQL)
+		return -1, err
+	}
 	ts, err := loadTrials(tx, "t.trial_id = ?", trialID)
 	if err != nil {
 		return -1, err
@@ -362,15 +367,10 @@ func requeue(tx *sql.Tx, trialID int, reason, state string) (int, error) {
 		return -1, err
 	}
 	retries, _ := strconv.Atoi(old.UserAttrs[AttrRetries])
-	res, err := tx.Exec(insertTrial, old.StudyID, old.StudyID, "WAITING", 0, nil, nil, nil)
+	id, err := newTrial(tx, old.StudyID, "WAITING", 0.0, nil, nil, nil)
 	if err != nil {
 		return -1, err
 	}
-	nid, err := res.LastInsertId()
-	if err != nil {
-		return -1, err
-	}
-	id := int(nid)
 	for _, a := range [][3]string{
 		{"system", AttrFixedParams, string(fixed)},
 		{"system", AttrRetryOf, strconv.Itoa(old.Number)},
@@ -383,7 +383,7 @@ func requeue(tx *sql.Tx, trialID int, reason, state string) (int, error) {
 	return id, nil
 }
 
-func failInTx(tx *sql.Tx, trialID int, reason, state string) error {
+func failInTx(tx *txn, trialID int, reason, state string) error {
 	if reason != "" {
 		if err := setTrialAttr(tx, trialID, "user", AttrReason, reason); err != nil {
 			return err
@@ -408,17 +408,20 @@ type Reaped struct {
 // than olderThan into FAIL (AttrState "interrupted", AttrReason saying so)
 // and, while it has been retried fewer than maxRetries times, queues a
 // WAITING retry with the same params (see RequeueTrial). It runs in one
-// IMMEDIATE transaction, so two processes reaping at once never reap (or
-// retry) one trial twice.
+// write transaction that locks the trials it reaps, so two processes reaping
+// at once never reap (or retry) one trial twice. A reaped trial gives its
+// launch back to the study's budget (see ClaimLaunch).
 func (s *Store) ReapStale(studyID int, olderThan time.Duration, maxRetries int) ([]Reaped, error) {
 	var out []Reaped
-	err := s.write(func(tx *sql.Tx) error {
+	err := s.write(func(tx *txn) error {
 		out = nil
 		if err := studyExists(tx, studyID); err != nil {
 			return err
 		}
+		// SKIP LOCKED (PostgreSQL): a trial another reaper is reaping, or
+		// whose owner is beating right now, is left to them.
 		now := time.Now()
-		ids, err := ints(tx, staleQuery, studyID, now.Add(-olderThan).UnixNano())
+		ids, err := ints(tx, staleQuery+tx.lockSkip(), studyID, now.Add(-olderThan).UnixNano())
 		if err != nil {
 			return err
 		}
@@ -452,11 +455,15 @@ func (s *Store) ReapStale(studyID int, olderThan time.Duration, maxRetries int) 
 // trial to RUNNING and returns its ID; ok is false when none waits. Use it
 // in an ask/tell loop (goptuna's Optimize does the same on its own).
 func (s *Store) ClaimWaitingTrial(studyID int) (trialID int, ok bool, err error) {
-	err = s.write(func(tx *sql.Tx) error {
+	err = s.write(func(tx *txn) error {
+		ok = false // write may re-run this after a transient failure
 		if err := studyExists(tx, studyID); err != nil {
 			return err
 		}
-		err := tx.QueryRow("SELECT trial_id FROM trials WHERE study_id = ? AND state = 'WAITING' ORDER BY number LIMIT 1", studyID).Scan(&trialID)
+		// SKIP LOCKED (PostgreSQL): concurrent claimers take different
+		// trials instead of queueing on the first.
+		err := tx.QueryRow("SELECT trial_id FROM trials WHERE study_id = ? AND state = 'WAITING' ORDER BY number LIMIT 1"+
+			tx.lockSkip(), studyID).Scan(&trialID)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
@@ -476,7 +483,7 @@ func (s *Store) ClaimWaitingTrial(studyID int) (trialID int, ok bool, err error)
 // written after it finished (a recomputed score, a report link). goptuna's
 // SetTrialUserAttr refuses finished trials.
 func (s *Store) AnnotateTrial(trialID int, key, value string) error {
-	return s.write(func(tx *sql.Tx) error {
+	return s.write(func(tx *txn) error {
 		if _, err := trialState(tx, trialID); err != nil {
 			return err
 		}
@@ -487,7 +494,7 @@ func (s *Store) AnnotateTrial(trialID int, key, value string) error {
 // StudyNames returns the names of all studies, oldest first.
 func (s *Store) StudyNames() ([]string, error) {
 	var out []string
-	err := s.read(func(tx *sql.Tx) error {
+	err := s.read(func(tx *txn) error {
 		rows, err := tx.Query("SELECT name FROM studies ORDER BY study_id")
 		if err != nil {
 			return err

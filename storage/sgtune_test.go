@@ -29,10 +29,10 @@ func samplePoints() []objective.Point {
 	return pts
 }
 
-func TestPointsRoundTrip(t *testing.T) {
-	s := newStore(t)
+func testPointsRoundTrip(t *testing.T, b *backend) {
+	s := b.open(t)
 	study := mustStudy(t, s, "pts", goptuna.StudyDirectionMaximize)
-	a, b := mustTrial(t, s, study), mustTrial(t, s, study)
+	a, tb := mustTrial(t, s, study), mustTrial(t, s, study)
 	pts := samplePoints()
 
 	if got, err := s.Points(a); err != nil || got != nil {
@@ -54,13 +54,13 @@ func TestPointsRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("after replace+append: %d points, want %d", len(got), len(want))
 	}
-	must(t, s.SavePoints(b, pts[2:3]))
+	must(t, s.SavePoints(tb, pts[2:3]))
 
 	// Typed columns are queryable without decoding JSON.
 	var c int
 	var tok, ttft99 float64
 	var status string
-	must(t, s.rdb.QueryRow(`SELECT concurrency, output_tok_s, ttft_p99_s, status FROM points WHERE trial_id = ? AND seq = 1`, a).
+	must(t, queryRow(s, `SELECT concurrency, output_tok_s, ttft_p99_s, status FROM points WHERE trial_id = ? AND seq = 1`, a).
 		Scan(&c, &tok, &ttft99, &status))
 	if c != 16 || tok != 160.25*16 || ttft99 != 0.4 || status != "" {
 		t.Fatalf("typed columns: c=%d tok=%v ttft99=%v status=%q", c, tok, ttft99, status)
@@ -68,7 +68,7 @@ func TestPointsRoundTrip(t *testing.T) {
 
 	all, err := s.StudyPoints(study)
 	must(t, err)
-	if len(all) != 2 || len(all[a]) != 3 || len(all[b]) != 1 || all[b][0].Concurrency != 64 {
+	if len(all) != 2 || len(all[a]) != 3 || len(all[tb]) != 1 || all[tb][0].Concurrency != 64 {
 		t.Fatalf("StudyPoints = %v", all)
 	}
 	if err := s.SavePoints(12345, pts); !errors.Is(err, goptuna.ErrInvalidTrialID) {
@@ -95,13 +95,11 @@ func TestPointsRoundTrip(t *testing.T) {
 // of time.
 func setHeartbeat(t *testing.T, s *Store, id int, at time.Time) {
 	t.Helper()
-	if _, err := s.wdb.Exec("UPDATE trials SET heartbeat_ns = ? WHERE trial_id = ?", at.UnixNano(), id); err != nil {
-		t.Fatal(err)
-	}
+	execSQL(t, s, "UPDATE trials SET heartbeat_ns = ? WHERE trial_id = ?", at.UnixNano(), id)
 }
 
-func TestHeartbeatAndStale(t *testing.T) {
-	s := newStore(t)
+func testHeartbeatAndStale(t *testing.T, b *backend) {
+	s := b.open(t)
 	study := mustStudy(t, s, "hb", goptuna.StudyDirectionMaximize)
 	old := time.Now().Add(-10 * time.Minute)
 	fresh, stale, done := mustTrial(t, s, study), mustTrial(t, s, study), mustTrial(t, s, study)
@@ -113,9 +111,7 @@ func TestHeartbeatAndStale(t *testing.T) {
 	must(t, s.SetTrialState(done, goptuna.TrialStateComplete))
 	// A trial that never beat is judged by its start time.
 	never := mustTrial(t, s, study)
-	if _, err := s.wdb.Exec("UPDATE trials SET heartbeat_ns = NULL, start_ns = ? WHERE trial_id = ?", old.UnixNano(), never); err != nil {
-		t.Fatal(err)
-	}
+	execSQL(t, s, "UPDATE trials SET heartbeat_ns = NULL, start_ns = ? WHERE trial_id = ?", old.UnixNano(), never)
 
 	ids, err := s.StaleRunning(study, 5*time.Minute)
 	must(t, err)
@@ -212,8 +208,8 @@ func TestHeartbeatAndStale(t *testing.T) {
 	must(t, s.IntegrityCheck())
 }
 
-func TestKeepAlive(t *testing.T) {
-	s := newStore(t)
+func testKeepAlive(t *testing.T, b *backend) {
+	s := b.open(t)
 	study := mustStudy(t, s, "ka", goptuna.StudyDirectionMaximize)
 	id := mustTrial(t, s, study)
 	old := time.Now().Add(-time.Hour)

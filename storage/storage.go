@@ -1,13 +1,33 @@
 // Package storage keeps studies, trials, sweep points and request records in
-// SQL (SQLite by default). Store implements goptuna.Storage.
+// SQL: an SQLite file on one host, or PostgreSQL for workers on many hosts.
+// Store implements goptuna.Storage; both backends share its code and schema
+// (see schema.go for the numbered migrations both run).
 //
-// Concurrency model: several goroutines and several processes may share one
-// database file. Every write runs in a BEGIN IMMEDIATE transaction on a
+// Concurrency model: several goroutines and several processes (on several
+// hosts with PostgreSQL) may share one database, and every write method is
+// one transaction that is atomic across all of them.
+//
+// SQLite: every write runs in a BEGIN IMMEDIATE transaction on a
 // single-connection write pool (WAL journal, busy timeout), so writers queue
-// instead of failing with "database is locked" on a read-to-write upgrade.
-// Reads run in deferred transactions on a separate pool and see one
-// consistent WAL snapshot without blocking writers. The database must live on
-// a local filesystem (WAL needs shared memory; never NFS).
+// on the database's one write lock instead of failing with "database is
+// locked" on a read-to-write upgrade, and a transaction sees no concurrent
+// change. Reads run in deferred transactions on a separate pool and see one
+// consistent WAL snapshot without blocking writers. The file must live on a
+// local filesystem (WAL needs shared memory; never NFS).
+//
+// PostgreSQL: writes run at READ COMMITTED and take row locks on what they
+// check before they change it: a method that reads a trial's state locks the
+// trial's row (FOR NO KEY UPDATE), one that numbers a new trial or counts a
+// study's launches locks the study's row, and ClaimWaitingTrial and
+// ReapStale lock their candidates with SKIP LOCKED so concurrent claimers
+// and reapers take disjoint trials without waiting. Locks are always taken
+// trial rows first, then the study row. Row locks were chosen over
+// SERIALIZABLE because the contended paths (numbering trials, claiming
+// WAITING trials, reaping, the launch budget) then queue or skip instead of
+// aborting and retrying; writes still retry on a serialization failure or
+// deadlock (SQLSTATE 40001, 40P01), which only a concurrent DeleteStudy can
+// cause. Reads run in READ ONLY REPEATABLE READ transactions: one snapshot,
+// like SQLite's WAL reads.
 package storage
 
 import (
@@ -43,17 +63,34 @@ const busyTimeout = 15 * time.Second
 // Store is a goptuna.Storage on database/sql with sgtune's own tables.
 // It is safe for concurrent use by several goroutines and processes.
 type Store struct {
-	path string
-	wdb  *sql.DB // one connection; BEGIN IMMEDIATE
-	rdb  *sql.DB // read pool; deferred transactions, query_only
+	path string  // SQLite file, or the PostgreSQL URL without its password
+	d    dialect // which backend
+	wdb  *sql.DB // SQLite: one connection, BEGIN IMMEDIATE; PostgreSQL: the pool
+	rdb  *sql.DB // SQLite: read pool, deferred and query_only; PostgreSQL: wdb
 }
 
-// Open opens (creating and migrating if needed) the SQLite database named by
-// path: a plain file path, "sqlite:PATH", "sqlite:///PATH" (SQLAlchemy/Optuna
-// style, so "sqlite:////abs/x.db" is absolute) or a "file:PATH" URL (its
-// query parameters are ignored: Store sets its own). The parent directory
-// must exist; it is not created.
-func Open(path string) (*Store, error) {
+// Open opens (creating and migrating if needed) the storage named by arg.
+// A "postgres://" or "postgresql://" URL opens that PostgreSQL database (see
+// IsPostgres); anything else names an SQLite file: a plain path,
+// "sqlite:PATH", "sqlite:///PATH" (SQLAlchemy/Optuna style, so
+// "sqlite:////abs/x.db" is absolute) or a "file:PATH" URL (its query
+// parameters are ignored: Store sets its own). An SQLite file's parent
+// directory must exist; it is not created.
+func Open(arg string) (*Store, error) {
+	if IsPostgres(arg) {
+		return openPostgres(arg)
+	}
+	return openSQLite(arg)
+}
+
+// IsPostgres reports whether arg is a PostgreSQL URL that Open opens as
+// such (postgres:// or postgresql://, any case), rather than an SQLite path.
+func IsPostgres(arg string) bool {
+	a := strings.ToLower(arg)
+	return strings.HasPrefix(a, "postgres://") || strings.HasPrefix(a, "postgresql://")
+}
+
+func openSQLite(path string) (*Store, error) {
 	p, err := ParsePath(path)
 	if err != nil {
 		return nil, err
@@ -75,7 +112,7 @@ func Open(path string) (*Store, error) {
 	wdb.SetMaxOpenConns(1) // writers queue in Go, not in SQLite's busy loop
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxIdleTime(0)
-	s := &Store{path: p, wdb: wdb}
+	s := &Store{path: p, d: dialectSQLite, wdb: wdb}
 	if err := s.init(); err != nil {
 		wdb.Close()
 		return nil, err
@@ -91,8 +128,9 @@ func Open(path string) (*Store, error) {
 	return s, nil
 }
 
-// ParsePath turns a storage argument (plain path, sqlite: or file: URL) into
-// a filesystem path.
+// ParsePath turns an SQLite storage argument (plain path, sqlite: or file:
+// URL) into a filesystem path. A PostgreSQL URL is an error here: check
+// IsPostgres first.
 func ParsePath(arg string) (string, error) {
 	switch {
 	case arg == "":
@@ -131,8 +169,10 @@ func ParsePath(arg string) (string, error) {
 			return "", fmt.Errorf("storage: %q names no file", arg)
 		}
 		return p, nil
+	case IsPostgres(arg):
+		return "", fmt.Errorf("storage: %q is a PostgreSQL URL, not an SQLite file (Open takes it as is)", arg)
 	case strings.Contains(arg, "://"):
-		return "", fmt.Errorf("storage: %q: only SQLite files are supported (plain path, sqlite:///PATH or file:PATH)", arg)
+		return "", fmt.Errorf("storage: %q: only SQLite files (plain path, sqlite:///PATH or file:PATH) and postgres:// URLs are supported", arg)
 	}
 	return arg, nil
 }
@@ -191,13 +231,14 @@ func (s *Store) openErr(err error) error {
 	return fmt.Errorf("storage: %s: %w", s.path, err)
 }
 
-// Path returns the database file's path.
+// Path returns the SQLite database file's path, or the PostgreSQL URL with
+// its password redacted.
 func (s *Store) Path() string { return s.path }
 
 // Close closes the database.
 func (s *Store) Close() error {
 	var errs []error
-	if s.rdb != nil {
+	if s.rdb != nil && s.rdb != s.wdb {
 		errs = append(errs, s.rdb.Close())
 	}
 	if s.wdb != nil {
@@ -206,27 +247,47 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// write runs fn in one BEGIN IMMEDIATE transaction, retrying a few times if
-// SQLite still reports the database busy after the busy timeout.
-func (s *Store) write(fn func(tx *sql.Tx) error) error {
+// write runs fn in one write transaction (see the package comment),
+// retrying the whole transaction a few times when the backend reports a
+// transient conflict: SQLite still busy after the busy timeout, or a
+// PostgreSQL serialization failure or deadlock. fn must be safe to re-run.
+func (s *Store) write(fn func(tx *txn) error) error {
+	return s.writeCtx(context.Background(), fn)
+}
+
+func (s *Store) writeCtx(ctx context.Context, fn func(tx *txn) error) error {
 	var err error
-	for attempt := 0; attempt < 4; attempt++ {
-		err = s.tryWrite(fn)
-		if !isBusy(err) {
+	for attempt := 0; attempt < 6; attempt++ {
+		err = s.tryWrite(ctx, fn)
+		if !s.retryable(err) {
 			return err
 		}
-		time.Sleep(time.Duration(50*(attempt+1)) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("storage: %w (after: %w)", ctx.Err(), err)
+		case <-time.After(time.Duration(25*(attempt+1)) * time.Millisecond):
+		}
 	}
 	return err
 }
 
-func (s *Store) tryWrite(fn func(tx *sql.Tx) error) error {
-	tx, err := s.wdb.BeginTx(context.Background(), nil)
+func (s *Store) retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if s.d == dialectPostgres {
+		return isPgRetryable(err)
+	}
+	return isBusy(err)
+}
+
+func (s *Store) tryWrite(ctx context.Context, fn func(tx *txn) error) error {
+	tx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("storage: begin: %w", err)
 	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
+	if err := fn(&txn{tx: tx, ctx: ctx, d: s.d, write: true}); err != nil {
+		_ = tx.Rollback() // the error that made us roll back is what matters
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -235,14 +296,23 @@ func (s *Store) tryWrite(fn func(tx *sql.Tx) error) error {
 	return nil
 }
 
-// read runs fn in one deferred (snapshot) transaction on the read pool.
-func (s *Store) read(fn func(tx *sql.Tx) error) error {
-	tx, err := s.rdb.BeginTx(context.Background(), nil)
+// read runs fn in one snapshot transaction: deferred on SQLite's read pool,
+// READ ONLY REPEATABLE READ on PostgreSQL.
+func (s *Store) read(fn func(tx *txn) error) error {
+	return s.readCtx(context.Background(), fn)
+}
+
+func (s *Store) readCtx(ctx context.Context, fn func(tx *txn) error) error {
+	var opts *sql.TxOptions
+	if s.d == dialectPostgres {
+		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+	}
+	tx, err := s.rdb.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("storage: begin read: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only; nothing to keep
-	return fn(tx)
+	return fn(&txn{tx: tx, ctx: ctx, d: s.d})
 }
 
 func isBusy(err error) bool {
@@ -254,10 +324,16 @@ func isBusy(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "database is locked")
 }
 
-// IntegrityCheck runs PRAGMA integrity_check and PRAGMA foreign_key_check and
-// returns an error describing any problem.
+// IntegrityCheck returns an error describing any problem it finds. On
+// SQLite it runs PRAGMA integrity_check and PRAGMA foreign_key_check. On
+// PostgreSQL, whose server enforces the constraints and has no built-in
+// equivalent, it checks that the schema is at SchemaVersion with every
+// table present.
 func (s *Store) IntegrityCheck() error {
-	return s.read(func(tx *sql.Tx) error {
+	if s.d == dialectPostgres {
+		return s.pgIntegrityCheck()
+	}
+	return s.read(func(tx *txn) error {
 		rows, err := tx.Query("PRAGMA integrity_check")
 		if err != nil {
 			return fmt.Errorf("storage: integrity_check: %w", err)

@@ -12,14 +12,11 @@ import (
 	_ "github.com/mattn/go-sqlite3"
 )
 
+// newStore opens a fresh SQLite store (benchmarks and SQLite-only tests;
+// the suite runs on every backend through backend.open).
 func newStore(t testing.TB) *Store {
 	t.Helper()
-	s, err := Open(filepath.Join(t.TempDir(), "sgtune.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return sqliteBackend().open(t)
 }
 
 func TestParsePath(t *testing.T) {
@@ -43,7 +40,8 @@ func TestParsePath(t *testing.T) {
 		{in: "sqlite://host/x.db", wantErr: "sqlite:///"},
 		{in: "sqlite:", wantErr: "names no file"},
 		{in: "file://otherhost/x.db", wantErr: "remote"},
-		{in: "postgres://u@h/db", wantErr: "only SQLite"},
+		{in: "postgres://u@h/db", wantErr: "PostgreSQL URL"},
+		{in: "mysql://u@h/db", wantErr: "only SQLite files"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
@@ -149,10 +147,10 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
-// Several openers of a fresh file race to migrate; each must succeed and the
-// schema must be applied once.
-func TestConcurrentOpenMigratesOnce(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "race.db")
+// Several openers of a fresh database race to migrate; each must succeed and
+// the schema must be applied once.
+func testConcurrentOpenMigratesOnce(t *testing.T, b *backend) {
+	path := b.newDSN(t)
 	var wg sync.WaitGroup
 	errs := make(chan error, 6)
 	for range 6 {
@@ -177,15 +175,59 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	var v int
-	if err := s.rdb.QueryRow("PRAGMA user_version").Scan(&v); err != nil || v != SchemaVersion {
-		t.Fatalf("user_version = %d, %v; want %d", v, err, SchemaVersion)
+	var n, v int
+	if err := queryRow(s, "SELECT count(*), MAX(version) FROM schema_migrations").Scan(&n, &v); err != nil || n != SchemaVersion || v != SchemaVersion {
+		t.Fatalf("schema_migrations: %d rows, version %d, %v; want %d", n, v, err, SchemaVersion)
 	}
-	var mode string
-	if err := s.rdb.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
-		t.Fatalf("journal_mode = %q, %v", mode, err)
+	if b.d == dialectSQLite {
+		if err := queryRow(s, "PRAGMA user_version").Scan(&v); err != nil || v != SchemaVersion {
+			t.Fatalf("user_version = %d, %v; want %d", v, err, SchemaVersion)
+		}
+		var mode string
+		if err := queryRow(s, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+			t.Fatalf("journal_mode = %q, %v", mode, err)
+		}
 	}
 	if err := s.IntegrityCheck(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"postgres://u:secret@db:5432/tuner?sslmode=disable", "postgres://u:xxxxx@db:5432/tuner?sslmode=disable"},
+		{"postgres://u@db/tuner", "postgres://u@db/tuner"},
+		{"postgresql://db/tuner?password=secret&sslmode=disable", "postgresql://db/tuner?password=xxxxx&sslmode=disable"},
+		{"postgres://u:secret@db:bad port/x", "postgres://(unparsable URL)"},
+	}
+	for _, tc := range tests {
+		if got := redactURL(tc.in); got != tc.want {
+			t.Errorf("redactURL(%q) = %q; want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// Open names a PostgreSQL server it cannot use, without its password, and
+// does not wait long for one that does not answer.
+func TestOpenPostgresErrors(t *testing.T) {
+	tests := []struct{ name, dsn, want string }{
+		{"refused", "postgres://u:secret@127.0.0.1:1/tuner?sslmode=disable&connect_timeout=5", "127.0.0.1:1"},
+		{"bad URL", "postgres://u:secret@127.0.0.1:notaport/tuner", "postgres://"},
+		{"bad option", "postgres://u:secret@127.0.0.1:1/tuner?sslmode=sometimes", "sslmode"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Open(tc.dsn)
+			if err == nil {
+				s.Close()
+				t.Fatalf("Open(%s) succeeded", tc.dsn)
+			}
+			if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "secret") {
+				t.Fatalf("Open error = %v; want it to contain %q and no password", err, tc.want)
+			}
+		})
+	}
+	if !IsPostgres("PostgreSQL://h/db") || IsPostgres("sqlite:///x.db") || IsPostgres("postgres.db") {
+		t.Fatal("IsPostgres misclassifies")
 	}
 }

@@ -2,13 +2,11 @@ package storage
 
 import (
 	"bufio"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,8 +65,8 @@ func mixedObjective(tr goptuna.Trial) (float64, error) {
 	return v, nil
 }
 
-func TestGoptunaStudyEndToEnd(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "e2e.db")
+func testGoptunaStudyEndToEnd(t *testing.T, b *backend) {
+	path := b.newDSN(t)
 	s, err := Open(path)
 	must(t, err)
 	study, err := goptuna.CreateStudy("e2e",
@@ -185,6 +183,10 @@ func TestHelperProcess(t *testing.T) {
 		err = helperWriter(args)
 	case "midtx":
 		err = helperMidTx(args)
+	case "worker":
+		err = helperWorker(args)
+	case "reapclaim":
+		err = helperReapClaim(args)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -287,17 +289,16 @@ func helperMidTx(args []string) error {
 	if err != nil {
 		return err
 	}
-	return s.write(func(tx *sql.Tx) error {
-		res, err := tx.Exec(insertTrial, study, study, "RUNNING", nil, time.Now().UnixNano(), nil, nil)
+	return s.write(func(tx *txn) error {
+		id, err := newTrial(tx, study, "RUNNING", nil, time.Now().UnixNano(), nil, nil)
 		if err != nil {
 			return err
 		}
-		id, _ := res.LastInsertId()
 		// ~8,000 points (several MB, beyond the page cache) so uncommitted
 		// pages spill into the WAL before the kill.
 		pts := samplePoints()
 		for i := range 2000 {
-			if err := insertPoints(tx, int(id), i*len(pts), pts); err != nil {
+			if err := insertPoints(tx, id, i*len(pts), pts); err != nil {
 				return err
 			}
 		}
@@ -309,8 +310,8 @@ func helperMidTx(args []string) error {
 
 // A process killed while holding the write lock inside a transaction leaves
 // nothing of it behind, and the lock is free for the next writer at once.
-func TestKilledInsideTransaction(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "midtx.db")
+func testKilledInsideTransaction(t *testing.T, b *backend) {
+	path := b.newDSN(t)
 	s, err := Open(path)
 	must(t, err)
 	defer s.Close()
@@ -345,18 +346,18 @@ func TestKilledInsideTransaction(t *testing.T) {
 		t.Fatalf("trials after a killed transaction: %+v", all)
 	}
 	var n int
-	must(t, s.rdb.QueryRow("SELECT count(*) FROM points").Scan(&n))
+	must(t, queryRow(s, "SELECT count(*) FROM points").Scan(&n))
 	if n != 0 {
 		t.Fatalf("%d points of the killed transaction are visible", n)
 	}
-	if st, err := os.Stat(path + "-wal"); err == nil {
+	if st, err := os.Stat(path + "-wal"); err == nil && b.d == dialectSQLite {
 		t.Logf("WAL after the killed transaction: %d bytes (uncommitted frames ignored)", st.Size())
 	}
 }
 
-func TestMultiProcessTPE(t *testing.T) {
+func testMultiProcessTPE(t *testing.T, b *backend) {
 	const procs, perProc = 4, 15
-	path := filepath.Join(t.TempDir(), "multi.db")
+	path := b.newDSN(t)
 	var wg sync.WaitGroup
 	outs := make([]strings.Builder, procs)
 	errs := make([]error, procs)
@@ -401,9 +402,9 @@ func TestMultiProcessTPE(t *testing.T) {
 	t.Logf("%d processes x %d TPE trials: %d COMPLETE, numbers 0..%d unique, %v", procs, perProc, len(all), len(all)-1, elapsed.Round(time.Millisecond))
 }
 
-func TestGoroutinesShareOneStore(t *testing.T) {
+func testGoroutinesShareOneStore(t *testing.T, b *backend) {
 	const workers, perWorker = 4, 8
-	s := newStore(t)
+	s := b.open(t)
 	first, err := goptuna.CreateStudy("par", goptuna.StudyOptionStorage(s), goptuna.StudyOptionLogger(nil),
 		goptuna.StudyOptionDirection(goptuna.StudyDirectionMaximize))
 	must(t, err)
@@ -439,8 +440,8 @@ func TestGoroutinesShareOneStore(t *testing.T) {
 // A writer killed with SIGKILL mid-loop leaves a consistent database: every
 // trial it reported COMPLETE is there, multi-row writes are all-or-nothing,
 // and at most the one trial in flight is left RUNNING (for ReapStale).
-func TestKilledWriterLeavesConsistentDB(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "kill.db")
+func testKilledWriterLeavesConsistentDB(t *testing.T, b *backend) {
+	path := b.newDSN(t)
 	s, err := Open(path)
 	must(t, err)
 	defer s.Close()

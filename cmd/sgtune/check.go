@@ -4,14 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
-	"slices"
 	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sgtune/sgtune/search"
 	"github.com/sgtune/sgtune/space"
 )
 
@@ -67,7 +65,8 @@ command not on PATH, API key unset or unreadable) do not change the exit code.`,
 			if err != nil {
 				return badInput(err)
 			}
-			sv := st.Survey(space.DefaultSurveyLimits)
+			pre := search.Check(st, a.getenv)
+			sv := pre.Survey
 			if asJSON {
 				enc := json.NewEncoder(a.stdout)
 				enc.SetIndent("", "  ")
@@ -75,29 +74,30 @@ command not on PATH, API key unset or unreadable) do not change the exit code.`,
 					return err
 				}
 			} else {
-				printSurvey(a.stdout, st, &sv)
+				printSurvey(a.stdout, st, &pre)
 			}
 			// With --json, stdout holds only the document.
 			warnTo := a.stdout
 			if asJSON {
 				warnTo = a.stderr
 			}
-			for _, w := range hostWarnings(st, a.getenv) {
+			for _, w := range pre.Warnings {
 				fmt.Fprintf(warnTo, "warning: %s\n", w)
 			}
-			if err := noFeasible(&sv); err != nil {
-				return badInput(err)
+			for _, h := range pre.Host {
+				fmt.Fprintf(warnTo, "warning: %v; sgtune run will refuse to start on this machine\n", h)
 			}
-			return nil
+			return pre.NoFeasible()
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the survey as JSON")
 	return cmd
 }
 
-func printSurvey(w io.Writer, st *space.Study, sv *space.Survey) {
+func printSurvey(w io.Writer, st *space.Study, pre *search.Preflight) {
+	sv := &pre.Survey
 	verdict := "valid"
-	if noFeasible(sv) != nil {
+	if pre.NoFeasible() != nil {
 		verdict = "valid file, but no config is feasible"
 	}
 	fmt.Fprintf(w, "study %s (%s): %s\n", st.Name, st.Path, verdict)
@@ -140,48 +140,4 @@ func printSurvey(w io.Writer, st *space.Study, sv *space.Survey) {
 	if sv.Example != nil {
 		fmt.Fprintf(w, "example feasible config: %s %s\n", strings.Join(st.Engine.Command, " "), strings.Join(sv.Example.Flags, " "))
 	}
-}
-
-// topReasons is how many rejection reasons a no-feasible error names.
-const topReasons = 3
-
-// noFeasible reports a space in which no checked config passes the rules:
-// a search over it could launch nothing. It names the most frequent reasons.
-func noFeasible(sv *space.Survey) error {
-	if sv.Feasible > 0 || sv.Checked == 0 {
-		return nil
-	}
-	rs := slices.Clone(sv.Rejections)
-	sort.SliceStable(rs, func(i, j int) bool { return rs[i].Count > rs[j].Count })
-	var why []string
-	for _, r := range rs[:min(len(rs), topReasons)] {
-		why = append(why, fmt.Sprintf("%s: %s (%d configs)", r.Rule, r.Message, r.Count))
-	}
-	why = append(why, sv.Errors[:min(len(sv.Errors), topReasons)]...)
-	scope := fmt.Sprintf("none of its %d configs", sv.Checked)
-	if !sv.Enumerated {
-		scope = fmt.Sprintf("none of %d sampled configs", sv.Checked)
-	}
-	return fmt.Errorf("study %s: no feasible config: %s passes the rules; top reasons: %s",
-		sv.Study, scope, strings.Join(why, "; "))
-}
-
-// hostWarnings lists what would stop `sgtune run` on this machine although
-// the study file itself is valid: the engine command, the API key.
-func hostWarnings(st *space.Study, getenv func(string) string) []string {
-	var out []string
-	if len(st.Engine.Command) > 0 {
-		if _, err := exec.LookPath(st.Engine.Command[0]); err != nil {
-			out = append(out, fmt.Sprintf("engine command %s is not on PATH here; sgtune run will refuse to start on this machine", st.Engine.Command[0]))
-		}
-	}
-	if env := st.Launch.APIKeyEnv; env != "" && getenv(env) == "" {
-		out = append(out, fmt.Sprintf("launch.api_key_env: environment variable %s is unset or empty here; sgtune run will refuse to start on this machine", env))
-	}
-	if f := st.Launch.APIKeyFile; f != "" {
-		if _, err := os.ReadFile(f); err != nil {
-			out = append(out, fmt.Sprintf("launch.api_key_file: %v; sgtune run will refuse to start on this machine", err))
-		}
-	}
-	return out
 }

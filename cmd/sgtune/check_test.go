@@ -101,7 +101,8 @@ func TestCheckVerdicts(t *testing.T) {
 	// sh is on PATH wherever the tests run; the other command is not.
 	const onPath = "engine: {name: sglang, command: sh -c true}\n"
 	const missing = "engine: {name: sglang, command: sgtune-no-such-engine-xyz --flag}\n"
-	const gpus = "model: org/m\ngpus: {per_trial: 4}\n"
+	// No quality gate: the tool-call warning has cases of its own.
+	const gpus = "model: org/m\ngpus: {per_trial: 4}\nworkload: {quality: {enabled: false}}\n"
 	tests := []struct {
 		name, doc string
 		env       map[string]string
@@ -119,15 +120,19 @@ func TestCheckVerdicts(t *testing.T) {
 				"study none: no feasible config: none of its 2 configs passes the rules; top reasons: parallel_gpus: --tp-size"},
 			nil},
 		{"missing engine", "name: far\n" + missing + gpus, nil, exitOK,
-			[]string{"feasible: 1", "warning: engine command sgtune-no-such-engine-xyz is not on PATH here; sgtune run will refuse to start on this machine"},
+			[]string{"feasible: 1", `warning: ` + filepath.Join(dir, "missing-engine.yaml") + `: engine.command: cannot run "sgtune-no-such-engine-xyz": executable file not found in $PATH (is it installed and on PATH?); sgtune run will refuse to start on this machine`},
 			[]string{"no feasible config"}},
 		{"api key env unset", "name: k\n" + onPath + gpus + "launch: {api_key_env: SGTUNE_TEST_KEY}\n", nil, exitOK,
-			[]string{"warning: launch.api_key_env: environment variable SGTUNE_TEST_KEY is unset or empty here"}, nil},
+			[]string{"warning: launch.api_key_env: environment variable SGTUNE_TEST_KEY is empty or unset; sgtune run will refuse to start on this machine"}, nil},
 		{"api key env set", "name: k\n" + onPath + gpus + "launch: {api_key_env: SGTUNE_TEST_KEY}\n", map[string]string{"SGTUNE_TEST_KEY": "x"}, exitOK,
 			nil, []string{"warning:"}},
 		{"api key file missing", "name: k\n" + onPath + gpus + "launch: {api_key_file: nokey}\n", nil, exitOK,
 			[]string{"warning: launch.api_key_file: open " + filepath.Join(dir, "nokey") + ": no such file"}, nil},
 		{"api key file readable", "name: k\n" + onPath + gpus + "launch: {api_key_file: key}\n", nil, exitOK,
+			nil, []string{"warning:"}},
+		{"tool gate without a tool-call parser", "name: t\n" + onPath + "model: org/m\ngpus: {per_trial: 4}\nworkload: {quality: {enabled: true, tool_requests: 2}}\n", nil, exitOK,
+			[]string{"warning: the quality gate asks for tool calls (workload.quality) but no feasible config passes --tool-call-parser"}, nil},
+		{"tool gate with a tool-call parser", "name: t\n" + onPath + "model: org/m\ngpus: {per_trial: 4}\nfixed: {--tool-call-parser: glm45}\nworkload: {quality: {enabled: true, tool_requests: 2}}\n", nil, exitOK,
 			nil, []string{"warning:"}},
 	}
 	for _, tt := range tests {

@@ -1,7 +1,3 @@
-// randseednop=0 lets the study's seed reach goptuna's TPE, which draws from
-// the global math/rand (reference/go-libraries.md §1).
-//go:debug randseednop=0
-
 // Command sgtune tunes the launch flags of an LLM-serving engine (SGLang
 // first): it proposes configurations, rejects impossible ones, launches and
 // benchmarks the rest, stores every trial and exports the winner.
@@ -9,38 +5,28 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
-	"github.com/sgtune/sgtune/space"
+	"github.com/sgtune/sgtune/errext"
 )
 
-// Exit codes.
+// Exit codes (errext decides them where errors are made).
 const (
-	exitOK      = 0
-	exitFailure = 1 // runtime failure
-	exitUsage   = 2 // bad input; nothing was written
+	exitOK          = int(errext.OK)
+	exitFailure     = int(errext.Failure)     // runtime failure
+	exitUsage       = int(errext.BadInput)    // bad input; nothing was written
+	exitInterrupted = int(errext.Interrupted) // Ctrl-C stopped the command
 )
 
-// usageError marks an error as bad input (exit code 2).
-type usageError struct{ err error }
-
-// Error implements error.
-func (e usageError) Error() string { return e.err.Error() }
-
-// Unwrap returns the bad-input error.
-func (e usageError) Unwrap() error { return e.err }
-
-// badInput wraps err so that main exits with code 2.
-func badInput(err error) error { return usageError{err} }
+// badInput marks err as bad input: main exits with code 2.
+func badInput(err error) error { return errext.Bad(err) }
 
 // app is the process environment a command runs in; tests build their own.
 type app struct {
@@ -69,8 +55,14 @@ func (a *app) execute(ctx context.Context, args []string) int {
 	root.SetErr(a.stderr)
 	// run handles its interrupts itself (graceful, then at once); any other
 	// command is simply cancelled by the first one.
+	c, _, err := root.Find(args)
+	if err != nil {
+		// An unknown command: cobra's error is untyped, so decide here.
+		fmt.Fprintln(a.stderr, "sgtune:", err)
+		return exitUsage
+	}
 	var interrupted atomic.Bool
-	if c, _, err := root.Find(args); err != nil || c.Name() != "run" {
+	if c.Name() != "run" {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
@@ -83,24 +75,15 @@ func (a *app) execute(ctx context.Context, args []string) int {
 			}
 		}()
 	}
-	err := root.ExecuteContext(ctx)
+	err = root.ExecuteContext(ctx)
 	if interrupted.Load() {
 		fmt.Fprintln(a.stderr, "sgtune: interrupted")
 		return exitInterrupted
 	}
-	if err == nil {
-		return exitOK
+	if err != nil {
+		fmt.Fprintln(a.stderr, "sgtune:", err)
 	}
-	fmt.Fprintln(a.stderr, "sgtune:", err)
-	var ue usageError
-	// cobra reports an unknown command with an untyped error.
-	if errors.As(err, &ue) || errors.Is(err, space.ErrInvalid) || strings.HasPrefix(err.Error(), "unknown command") {
-		return exitUsage
-	}
-	if errors.As(err, new(interruptedError)) {
-		return exitInterrupted
-	}
-	return exitFailure
+	return int(errext.Code(err))
 }
 
 func (a *app) rootCmd() *cobra.Command {
@@ -114,6 +97,9 @@ trial in SQLite, resumes after interruption, and exports the winner as a launch
 script.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return a.storageFromEnv(cmd)
+		},
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return badInput(fmt.Errorf("%w (see '%s --help')", err, c.CommandPath()))

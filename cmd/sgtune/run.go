@@ -11,21 +11,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sgtune/sgtune/errext"
 	"github.com/sgtune/sgtune/search"
 	"github.com/sgtune/sgtune/space"
 	"github.com/sgtune/sgtune/storage"
 )
 
-// exitInterrupted is returned when Ctrl-C stopped a run before its budget was spent.
-const exitInterrupted = 130
-
-// interruptedError reports a run stopped by a signal.
-type interruptedError struct{}
-
-// Error implements error.
-func (interruptedError) Error() string {
-	return "interrupted: the running trial was stopped and will be retried; run the same command to continue"
-}
+// errInterrupted reports a run stopped by a signal (exit code 130).
+var errInterrupted = errext.WithExitCode(
+	errors.New("interrupted: the running trial was stopped and will be retried; run the same command to continue"),
+	errext.Interrupted)
 
 func (a *app) runCmd() *cobra.Command {
 	var (
@@ -64,18 +59,23 @@ starting new trials after the given time; the trial in flight finishes.`,
 			if groups := max(len(st.GPUGroups), 1); parallel > groups {
 				return badInput(fmt.Errorf("--parallel %d: the study has %d GPU group(s) (gpus.groups in %s); one trial runs per group", parallel, groups, st.Path))
 			}
-			dbPath, err := storage.ParsePath(storagePath)
-			if err != nil {
-				return badInput(fmt.Errorf("--storage: %w", err))
-			}
-			if dir := filepath.Dir(dbPath); dir != "" {
-				if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-					return badInput(fmt.Errorf("--storage %s: directory %s does not exist", storagePath, dir))
+			logBase := "."
+			if !storage.IsPostgres(storagePath) {
+				dbPath, err := storage.ParsePath(storagePath)
+				if err != nil {
+					return badInput(fmt.Errorf("--storage: %w", err))
+				}
+				logBase = filepath.Dir(dbPath)
+				if fi, err := os.Stat(logBase); err != nil || !fi.IsDir() {
+					return badInput(fmt.Errorf("--storage %s: directory %s does not exist", storagePath, logBase))
 				}
 			}
-			plan, err := search.Preflight(st, a.getenv)
-			if err != nil {
+			pre := search.Check(st, a.getenv)
+			if err := pre.Err(); err != nil {
 				return err
+			}
+			for _, w := range pre.Warnings {
+				fmt.Fprintf(a.stderr, "warning: %s\n", w)
 			}
 			store, err := storage.Open(storagePath)
 			if err != nil {
@@ -83,7 +83,7 @@ starting new trials after the given time; the trial in flight finishes.`,
 			}
 			defer store.Close()
 			if logDir == "" {
-				logDir = filepath.Join(filepath.Dir(dbPath), "sgtune-logs")
+				logDir = filepath.Join(logBase, "sgtune-logs")
 			}
 
 			ctx, stop := context.WithCancel(cmd.Context())
@@ -96,20 +96,21 @@ starting new trials after the given time; the trial in flight finishes.`,
 			sum, runErr := search.Run(ctx, search.Options{
 				Study: st, Store: store, LogDir: logDir,
 				Trials: trials, Timeout: timeout, Parallel: parallel,
-				Out: a.stdout, Getenv: a.getenv, Abort: abort, Plan: &plan,
+				Getenv: a.getenv, Abort: abort, Preflight: &pre,
+				Events: func(ev search.Event) { fmt.Fprintln(a.stdout, ev.Text) },
 			})
 			a.printSummary(st, sum, storagePath)
 			if runErr != nil {
 				return runErr
 			}
 			if sum.Interrupted {
-				return interruptedError{}
+				return errInterrupted
 			}
 			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&storagePath, "storage", "sgtune.db", "SQLite database holding the study")
+	f.StringVar(&storagePath, "storage", "sgtune.db", storageHelp)
 	f.IntVar(&trials, "trials", 0, "launched-trial budget for the study (default: the study file's budget.trials)")
 	f.DurationVar(&timeout, "timeout", 0, "stop starting trials after this long, e.g. 8h (default: the study file's budget.timeout)")
 	f.IntVar(&parallel, "parallel", 0, "trials at once, one per GPU group (default: the study file's budget.parallel, else every group)")
@@ -153,10 +154,14 @@ func (a *app) printSummary(st *space.Study, sum search.Summary, storagePath stri
 		counts[r.State]++
 	}
 	var parts []string
-	for _, s := range []string{search.StateComplete, search.StateFailed, search.StateInfeasible, search.StateDuplicate, search.StateInterrupted, search.StateRunning} {
+	for _, s := range []string{search.StateComplete, search.StatePruned, search.StateFailed, search.StateInfeasible,
+		search.StateDuplicate, search.StateInterrupted, search.StateRunning} {
 		if counts[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}
+	}
+	if n := counts[search.StateWaiting]; n > 0 {
+		parts = append(parts, fmt.Sprintf("%d queued to run again", n))
 	}
 	fmt.Fprintf(a.stdout, "\nstudy %s: %d trials stored (%s); this run launched %d\n",
 		st.Name, len(sum.Records), strings.Join(parts, ", "), sum.Launched)
@@ -184,9 +189,27 @@ func exactArgs(n int) cobra.PositionalArgs {
 	}
 }
 
+// storageHelp documents --storage for every command that has it.
+const storageHelp = "SQLite file or postgres:// URL holding the study (default from $SGTUNE_STORAGE, else sgtune.db)"
+
+// storageFromEnv makes $SGTUNE_STORAGE the default of a command's --storage.
+func (a *app) storageFromEnv(cmd *cobra.Command) error {
+	f := cmd.Flags().Lookup("storage")
+	if f == nil || f.Changed {
+		return nil
+	}
+	if env := a.getenv("SGTUNE_STORAGE"); env != "" {
+		return f.Value.Set(env)
+	}
+	return nil
+}
+
 // openExisting opens a storage that must already exist: commands that only
 // read never create a database.
 func openExisting(path string) (*storage.Store, error) {
+	if storage.IsPostgres(path) {
+		return storage.Open(path)
+	}
 	file, err := storage.ParsePath(path)
 	if err != nil {
 		return nil, badInput(fmt.Errorf("--storage: %w", err))

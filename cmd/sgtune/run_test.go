@@ -308,8 +308,9 @@ func TestInterruptAndResume(t *testing.T) {
 		t.Fatalf("interrupted run: exit %d, want %d\n%s", code, exitInterrupted, out)
 	}
 	recs := records(t, db)
-	if len(recs) != 2 || recs[0].State != search.StateComplete || recs[1].State != search.StateInterrupted {
-		t.Fatalf("after Ctrl-C want [complete interrupted], got %v\n%s", states(recs), out)
+	if len(recs) != 3 || recs[0].State != search.StateComplete || recs[1].State != search.StateInterrupted ||
+		recs[2].State != search.StateWaiting || *recs[2].RetryOf != 1 {
+		t.Fatalf("after Ctrl-C want [complete interrupted waiting (its re-run)], got %v\n%s", states(recs), out)
 	}
 
 	code, out = cli(t, nil, nil, "run", study, "--storage", db)

@@ -26,7 +26,7 @@ type studyFlags struct {
 }
 
 func (sf *studyFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&sf.storage, "storage", "sgtune.db", "SQLite database holding the study")
+	cmd.Flags().StringVar(&sf.storage, "storage", "sgtune.db", storageHelp)
 	cmd.Flags().StringVar(&sf.study, "study", "", "study name (default: the only study in the storage)")
 }
 

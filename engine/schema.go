@@ -1,4 +1,4 @@
-package space
+package engine
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -15,16 +16,13 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// schemaFS holds the bundled flag schemas. The same files live in
-// testdata/flags/ (go:embed cannot reach above the package); a test keeps the
-// two copies byte-identical.
+// schemaFS holds the bundled flag schemas, one file per engine and version
+// (flags/ENGINE-VERSION.yaml). The same files live in testdata/flags/
+// (go:embed cannot reach above the package); a test keeps the two copies
+// byte-identical.
 //
-//go:embed schema/*.yaml
+//go:embed flags/*.yaml
 var schemaFS embed.FS
-
-// DefaultSchemaVersion is the schema used when a study pins no version or a
-// version without a bundled schema.
-const DefaultSchemaVersion = "v0.5.21"
 
 // FlagSpec describes one engine flag.
 type FlagSpec struct {
@@ -71,8 +69,8 @@ func ParseFlagSchema(data []byte, source string) (*FlagSchema, error) {
 			return nil, fmt.Errorf("flag schema %s: %s: type %q; valid: int, float, str, bool", source, f.Name, f.Type)
 		}
 		for _, n := range append([]string{f.Name}, f.Aliases...) {
-			if !strings.HasPrefix(n, "--") {
-				return nil, fmt.Errorf("flag schema %s: %q does not start with --", source, n)
+			if !isFlagName(n) {
+				return nil, fmt.Errorf("flag schema %s: %q is not a flag name (--name or -n)", source, n)
 			}
 			if _, dup := s.byName[n]; dup {
 				return nil, fmt.Errorf("flag schema %s: %s listed twice", source, n)
@@ -83,23 +81,53 @@ func ParseFlagSchema(data []byte, source string) (*FlagSchema, error) {
 	return &s, nil
 }
 
-// BundledSchema returns the bundled schema for an engine version; ok is false
-// when that version has none and the default was returned instead.
-func BundledSchema(version string) (s *FlagSchema, ok bool, err error) {
-	name := "schema/sglang-" + version + ".yaml"
-	data, rerr := schemaFS.ReadFile(name)
+// Schema returns the engine's bundled flag schema for a version ("v0.5.21",
+// or any text holding one, such as an image tag); ok is false when that
+// version has none and the default version's schema was returned instead.
+func (e *Engine) Schema(version string) (s *FlagSchema, ok bool, err error) {
+	v := e.DefaultVersion
+	if m := versionRE.FindString(version); m != "" {
+		v = "v" + strings.TrimPrefix(m, "v")
+	}
+	data, rerr := schemaFS.ReadFile("flags/" + e.Name + "-" + v + ".yaml")
 	ok = rerr == nil
 	if !ok {
-		name = "schema/sglang-" + DefaultSchemaVersion + ".yaml"
-		if data, err = schemaFS.ReadFile(name); err != nil {
+		v = e.DefaultVersion
+		if data, err = schemaFS.ReadFile("flags/" + e.Name + "-" + v + ".yaml"); err != nil {
 			return nil, false, err
 		}
 	}
-	s, err = ParseFlagSchema(data, "bundled sglang-"+strings.TrimSuffix(strings.TrimPrefix(name, "schema/sglang-"), ".yaml"))
+	s, err = ParseFlagSchema(data, "bundled "+e.Name+"-"+v)
+	if err == nil && s.Engine != e.Name {
+		err = fmt.Errorf("flag schema %s is for engine %q", s.Source, s.Engine)
+	}
 	return s, ok, err
 }
 
-func loadSchemaFile(path string) (*FlagSchema, error) {
+// versionRE picks a version (v0.5.21, 0.11.2, b6980) out of a version
+// string or image tag.
+var versionRE = regexp.MustCompile(`v?\d+\.\d+\.\d+|\bb\d{3,}\b`)
+
+// BundledFiles lists the bundled schema files (flags/NAME.yaml) with their
+// contents, for tests that keep testdata/flags/ identical.
+func BundledFiles() (map[string][]byte, error) {
+	ents, err := schemaFS.ReadDir("flags")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for _, e := range ents {
+		b, err := schemaFS.ReadFile("flags/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out[e.Name()] = b
+	}
+	return out, nil
+}
+
+// LoadSchemaFile reads a study's own flag schema file.
+func LoadSchemaFile(path string) (*FlagSchema, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -127,11 +155,12 @@ func (s *FlagSchema) Closest(name string) string {
 		sort.Slice(prefixed, func(i, j int) bool { return len(prefixed[i]) < len(prefixed[j]) })
 		return s.byName[prefixed[0]].Name
 	}
-	return closest(name, names)
+	return Nearest(name, names)
 }
 
-// closest returns the candidate with the smallest edit distance to s.
-func closest(s string, candidates []string) string {
+// Nearest returns the candidate with the smallest edit distance to s, for
+// "did you mean" hints.
+func Nearest(s string, candidates []string) string {
 	best, bestD := "", math.MaxInt
 	for _, c := range candidates {
 		if d := editDistance(s, c); d < bestD {
@@ -191,7 +220,7 @@ func (f *FlagSpec) ValidateValue(v string) error {
 			}
 		}
 		return fmt.Errorf("%s %q is not a valid choice (did you mean %s?); valid: %s",
-			f.Name, v, closest(v, f.Choices), strings.Join(f.Choices, ", "))
+			f.Name, v, Nearest(v, f.Choices), strings.Join(f.Choices, ", "))
 	}
 	return nil
 }
@@ -228,28 +257,28 @@ func parseHumanInt(v string, human bool) (int64, error) {
 	return 0, fmt.Errorf("not an integer")
 }
 
-// flagArg is one flag occurrence in an argv.
-type flagArg struct {
+// FlagArg is one flag occurrence in an argv.
+type FlagArg struct {
 	Name   string // as written
 	Spec   *FlagSpec
 	Values []string // nil for a switch
 }
 
-// parseArgv splits engine flags into occurrences using the schema. Unknown
+// ParseArgv splits engine flags into occurrences using the schema. Unknown
 // flags and malformed values are returned as errors.
-func (s *FlagSchema) parseArgv(argv []string) ([]flagArg, error) {
-	var out []flagArg
+func (s *FlagSchema) ParseArgv(argv []string) ([]FlagArg, error) {
+	var out []FlagArg
 	for i := 0; i < len(argv); i++ {
 		tok := argv[i]
 		name, inline, hasInline := strings.Cut(tok, "=")
-		if !strings.HasPrefix(name, "--") {
-			return nil, fmt.Errorf("%q is not a flag; engine flags start with --", tok)
+		if !isFlagName(name) {
+			return nil, fmt.Errorf("%q is not a flag; engine flags start with - or --", tok)
 		}
 		spec, ok := s.Lookup(name)
 		if !ok {
 			return nil, fmt.Errorf("unknown flag %s (did you mean %s?)", name, s.Closest(name))
 		}
-		a := flagArg{Name: name, Spec: spec}
+		a := FlagArg{Name: name, Spec: spec}
 		switch {
 		case spec.Type == "bool":
 			if hasInline {
@@ -258,7 +287,7 @@ func (s *FlagSchema) parseArgv(argv []string) ([]flagArg, error) {
 		case hasInline:
 			a.Values = []string{inline}
 		default:
-			for i+1 < len(argv) && !strings.HasPrefix(argv[i+1], "--") {
+			for i+1 < len(argv) && !s.isFlag(argv[i+1]) {
 				i++
 				a.Values = append(a.Values, argv[i])
 				if spec.Nargs != "+" {
@@ -277,4 +306,25 @@ func (s *FlagSchema) parseArgv(argv []string) ([]flagArg, error) {
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// isFlagName reports whether s looks like a flag: --name or -n (a dash and
+// a letter; "-1" is a negative number, a value).
+func isFlagName(s string) bool {
+	if strings.HasPrefix(s, "--") {
+		return len(s) > 2
+	}
+	return len(s) > 1 && s[0] == '-' && (s[1] >= 'a' && s[1] <= 'z' || s[1] >= 'A' && s[1] <= 'Z')
+}
+
+// isFlag reports whether an argv word starts a new flag rather than being a
+// value: a long flag, or a short one the schema knows (so "-1" and "-"
+// stay values).
+func (s *FlagSchema) isFlag(word string) bool {
+	name, _, _ := strings.Cut(word, "=")
+	if strings.HasPrefix(name, "--") {
+		return true
+	}
+	_, known := s.byName[name]
+	return known
 }

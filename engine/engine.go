@@ -1,0 +1,99 @@
+// Package engine says what sgtune knows of each serving engine: its flag
+// schema per version (data in flags/), how a config becomes a command line,
+// how the engine reports readiness and startup facts in its log, its
+// Prometheus metric names, its failure signatures and its rules for
+// `sgtune check`. It knows nothing of the tuner: the study file, the search
+// and the launcher all ask it. Adding an engine touches this package and
+// its data files only.
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Engine is one serving engine.
+type Engine struct {
+	// Name is what study files write under engine.name.
+	Name string
+	// Title is the engine's own spelling, for messages.
+	Title string
+	// DefaultVersion picks the flag schema when a study pins no version
+	// (or one without a bundled schema).
+	DefaultVersion string
+	// Command is how the engine is usually started; exports of a study
+	// tuned through another command (a simulator, a wrapper) run it.
+	Command []string
+	// Image is the container image docker exports use, without a tag.
+	Image string
+
+	// ModelFlag takes the model path; ServedNameFlag the name the OpenAI
+	// API serves it under; APIKeyFlag the bearer token. HostFlag and
+	// PortFlag are added by the launcher, never by a study.
+	ModelFlag, ServedNameFlag, APIKeyFlag, HostFlag, PortFlag string
+
+	// ToolParserFlag turns on tool-call parsing in the OpenAI API; without
+	// it a tool-call quality gate cannot pass ("" when the engine needs
+	// none).
+	ToolParserFlag string
+
+	// HealthPath answers 200 once the engine can serve (polled after the
+	// ready line, when the engine has one).
+	HealthPath string
+	// ReadyLine, when not empty, is logged once the engine is ready;
+	// readiness then also needs HealthPath to answer 200.
+	ReadyLine string
+	// MetricsFlag turns on /metrics ("" when the engine always serves it).
+	MetricsFlag string
+	// Metrics are the engine's Prometheus metric names.
+	Metrics Metrics
+
+	// Signatures classify failures from single log lines; PortTaken lists
+	// texts saying the listening port was taken (the launcher retries on
+	// another port).
+	Signatures []Signature
+	PortTaken  []string
+
+	// NewLogParser returns a parser of the engine's startup log.
+	NewLogParser func() LogParser
+	// Rules predict a config's limits and reject what cannot work.
+	Rules Rules
+}
+
+// Metrics are Prometheus metric names an engine serves on /metrics.
+type Metrics struct {
+	// GenerationTokens counts output tokens generated since start (a
+	// counter): the audit compares its delta over a level with the tokens
+	// the client counted.
+	GenerationTokens string
+	// PromptTokens counts prompt tokens processed (a counter).
+	PromptTokens string
+	// Running and Queued are gauges of requests running and waiting.
+	Running, Queued string
+}
+
+var registry = []*Engine{SGLang}
+
+// Lookup returns the engine a study file names; the error lists the valid
+// names.
+func Lookup(name string) (*Engine, error) {
+	for _, e := range registry {
+		if e.Name == name {
+			return e, nil
+		}
+	}
+	return nil, fmt.Errorf("unknown engine %q; valid: %s", name, strings.Join(Names(), ", "))
+}
+
+// Names lists the engines sgtune knows, in order.
+func Names() []string {
+	out := make([]string, len(registry))
+	for i, e := range registry {
+		out[i] = e.Name
+	}
+	return out
+}
+
+// All returns every known engine.
+func All() []*Engine { return slices.Clone(registry) }

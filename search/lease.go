@@ -1,0 +1,125 @@
+package search
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sgtune/sgtune/storage"
+)
+
+// leaseWait is how often a worker waiting for a GPU group asks again.
+var leaseWait = 2 * time.Second
+
+// groupLease is a held lease on a GPU group, renewed in the background
+// until released.
+type groupLease struct {
+	resource string
+	stop     func()
+	mu       sync.Mutex
+	err      error // set when a renewal found the lease lost
+}
+
+// lost returns why the lease was lost (nil while held).
+func (l *groupLease) lost() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// release stops renewing and gives the lease up.
+func (l *groupLease) release() { l.stop() }
+
+// groupResource names a GPU group of this host in the storage's leases.
+func (r *runner) groupResource(gpus []int) string {
+	g := gpuCSV(gpus)
+	if g == "" {
+		g = "default"
+	}
+	return "gpus@" + r.host + ":" + g
+}
+
+// leaseGroup takes the GPU group's lease, so that no other process on this
+// storage (another `sgtune run` of the study, another study) runs a
+// server on it meanwhile. It waits while a live process holds it, breaks
+// the lease of a holder that died on this host, and returns nil (no
+// error) when the run ends first: ctx cancelled or the budget spent.
+func (r *runner) leaseGroup(ctx context.Context, gpus []int) (*groupLease, error) {
+	res := r.groupResource(gpus)
+	waiting := false
+	for {
+		ok, err := r.store.AcquireLease(ctx, r.study.ID, res, r.owner, staleAfter)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("GPU group %s: take its lease: %w", gpuList(gpus), err)
+		}
+		if ok {
+			if waiting {
+				r.note("GPU group %s is free: starting", gpuList(gpus))
+			}
+			return r.renewLease(res), nil
+		}
+		l, held, err := r.store.LeaseOf(ctx, res)
+		if err != nil {
+			return nil, fmt.Errorf("GPU group %s: read its lease: %w", gpuList(gpus), err)
+		}
+		if held && ownerDead(l.Holder, r.host) {
+			if _, err := r.store.BreakLease(ctx, res, l.Holder); err != nil {
+				return nil, fmt.Errorf("GPU group %s: break the lease of dead %s: %w", gpuList(gpus), l.Holder, err)
+			}
+			continue
+		}
+		if left, err := r.budgetLeft(ctx); err != nil || !left {
+			if err == nil {
+				r.note("GPU group %s is held by %s and the study's budget is spent: nothing to do", gpuList(gpus), l.Holder)
+			}
+			return nil, err
+		}
+		if !waiting {
+			r.note("GPU group %s is in use by %s (lease until %s); waiting for it", gpuList(gpus), l.Holder, l.Expires.Format(time.TimeOnly))
+			waiting = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(leaseWait):
+		}
+	}
+}
+
+// renewLease keeps a held lease alive until its release.
+func (r *runner) renewLease(res string) *groupLease {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	l := &groupLease{resource: res}
+	go func() { // owned by the lease: ends on release
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(heartbeatEvery):
+			}
+			err := r.store.RenewLease(ctx, res, r.owner, staleAfter)
+			if errors.Is(err, storage.ErrLeaseLost) {
+				l.mu.Lock()
+				l.err = fmt.Errorf("%s: the lease was taken over by another process: %w", res, err)
+				l.mu.Unlock()
+				return
+			}
+			// Another error (a busy database) is retried at the next beat.
+		}
+	}()
+	l.stop = func() {
+		cancel()
+		<-done
+		if err := r.store.ReleaseLease(context.Background(), res, r.owner); err != nil && !errors.Is(err, storage.ErrLeaseLost) {
+			r.note("could not release the lease of %s: %v (it expires in %s)", res, err, staleAfter)
+		}
+	}
+	return l
+}

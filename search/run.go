@@ -1,0 +1,470 @@
+// Package search runs the study loop: it asks the sampler for parameters,
+// rejects infeasible configs before launch, launches and measures the rest on
+// GPU groups in parallel, stores every trial, and resumes interrupted studies
+// through the storage's atomic trial claiming.
+package search
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/c-bata/goptuna"
+
+	"github.com/sgtune/sgtune/errext"
+	"github.com/sgtune/sgtune/launcher"
+	"github.com/sgtune/sgtune/objective"
+	"github.com/sgtune/sgtune/space"
+	"github.com/sgtune/sgtune/storage"
+)
+
+// Options configure one run of a study.
+type Options struct {
+	Study *space.Study
+	Store *storage.Store
+	// Backend starts trials' servers; nil means real processes (Processes).
+	Backend Backend
+	LogDir  string        // per-trial server logs go to LogDir/<study>/trial-N.log
+	Trials  int           // launched-trial budget for the whole study; 0 = the study's
+	Timeout time.Duration // stop starting trials after this long; 0 = the study's
+	// Parallel is how many trials run at once, at most one per GPU group;
+	// 0 = the study's, else 1.
+	Parallel int
+	Getenv   func(string) string
+	// Abort, when closed, tears running servers down at once (second Ctrl-C).
+	Abort <-chan struct{}
+	// Preflight is Check's result when the caller already ran it.
+	Preflight *Preflight
+	// Events receives progress, one call at a time; nil discards it.
+	Events func(Event)
+	// Name tells this run apart from others of the same process in the
+	// storage (tests, or several workers in one process); "" for none.
+	Name string
+}
+
+// Summary is what a run did.
+type Summary struct {
+	Study       string
+	Launched    int // trials launched in this run
+	Complete    int
+	Failed      int
+	Infeasible  int
+	Interrupted bool // the run was stopped before its budget was spent
+	Best        *Record
+	Records     []Record
+}
+
+// maxSkips bounds consecutive proposals that launch nothing (infeasible,
+// duplicates) before the run gives up: the space is then mostly infeasible.
+const maxSkips = 200
+
+// heartbeatEvery is how often a running trial proves its owner alive;
+// staleAfter is when another process may take it over; maxRetries bounds
+// how often one config is re-run after interruptions.
+const (
+	heartbeatEvery = 10 * time.Second
+	staleAfter     = 2 * time.Minute
+	maxRetries     = 3
+)
+
+type runner struct {
+	opt     Options
+	st      *space.Study
+	store   *storage.Store
+	backend Backend
+	study   *goptuna.Study
+	learned *predictor
+	owner   string // host:pid, stored with every trial this process runs
+	host    string
+	apiKey  string
+	uid     string // the study's random id, part of every server's tag
+	// spaceSize is the number of distinct configs (0 = unknown, e.g.
+	// continuous params); once every one was tried, the study is done.
+	spaceSize int
+	// gridSize is the number of grid points (sampler grid; else 0): once
+	// every one was proposed, the study is done.
+	gridSize int
+	deadline time.Time
+
+	eventsMu sync.Mutex // one Events call at a time
+
+	mu       sync.Mutex
+	launched int // launched trials in the study (complete, failed, pruned), all runs
+	budget   int
+	best     *float64
+	skips    int // consecutive proposals that launched nothing
+	sum      Summary
+}
+
+// Run runs (or resumes) the study until its budget is spent, its timeout
+// passes, or ctx is cancelled (first Ctrl-C: the running trial is ended
+// cleanly and queued again for the next run).
+func Run(ctx context.Context, opt Options) (Summary, error) {
+	st := opt.Study
+	if opt.Getenv == nil {
+		opt.Getenv = os.Getenv
+	}
+	r := &runner{opt: opt, st: st, store: opt.Store, backend: opt.Backend, learned: newPredictor()}
+	r.sum.Study = st.Name
+	r.host = hostname()
+	r.owner = fmt.Sprintf("%s:%d", r.host, os.Getpid())
+	if opt.Name != "" {
+		r.owner += "#" + opt.Name
+	}
+
+	pre := opt.Preflight
+	if pre == nil {
+		p := Check(st, opt.Getenv)
+		pre = &p
+	}
+	if err := pre.Err(); err != nil {
+		return r.sum, err
+	}
+	r.apiKey, r.spaceSize = pre.APIKey, pre.SpaceSize
+	if r.backend == nil {
+		r.backend = Processes{Target: objective.Target{Model: st.ServedName(), APIKey: r.apiKey}}
+	}
+
+	r.budget = opt.Trials
+	if r.budget <= 0 {
+		r.budget = st.Budget.Trials
+	}
+	if r.budget <= 0 {
+		r.budget = 20
+	}
+	timeout := opt.Timeout
+	if timeout <= 0 {
+		timeout = st.Budget.Timeout
+	}
+	if timeout > 0 {
+		r.deadline = time.Now().Add(timeout)
+	}
+	groups := st.GPUGroups
+	if len(groups) == 0 {
+		groups = [][]int{nil}
+	}
+	parallel := opt.Parallel
+	if parallel <= 0 {
+		parallel = st.Budget.Parallel
+	}
+	if parallel <= 0 {
+		parallel = 1
+	}
+	if parallel > len(groups) {
+		return r.sum, errext.Bad(fmt.Errorf("--parallel %d exceeds the %d GPU group(s) of the study", parallel, len(groups)))
+	}
+
+	smp, gridSize, err := newSampler(st)
+	r.gridSize = gridSize
+	if err != nil {
+		return r.sum, errext.Bad(fmt.Errorf("%s: budget.sampler: %w", st.Path, err))
+	}
+	// LoadOrCreateStudy creates the study and its direction in one
+	// transaction, so a second process never reads a half-made study.
+	r.study, err = r.store.LoadOrCreateStudy(st.Name, goptuna.StudyDirectionMaximize,
+		goptuna.StudyOptionStorage(r.store),
+		goptuna.StudyOptionSampler(smp),
+		goptuna.StudyOptionLogger(nil),
+	)
+	if err != nil {
+		return r.sum, fmt.Errorf("open study %q: %w", st.Name, err)
+	}
+	if r.uid, err = r.studyUID(); err != nil {
+		return r.sum, err
+	}
+	if err := r.resume(); err != nil {
+		return r.sum, err
+	}
+	for _, g := range groups[:parallel] {
+		if err := launcher.CheckGPUsFree(ctx, g); err != nil {
+			return r.sum, fmt.Errorf("GPU group %s: %w", gpuList(g), err)
+		}
+	}
+	waiting, err := r.waiting()
+	if err != nil {
+		return r.sum, err
+	}
+	r.emit(Event{Kind: EventStudy, Trial: -1, Text: fmt.Sprintf("study %s: %d of %d trials launched so far, %d to retry; %d worker(s)",
+		st.Name, r.launched, r.budget, waiting, parallel)})
+
+	var wg sync.WaitGroup
+	errs := make([]error, parallel)
+	for w := range parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[w] = r.worker(ctx, groups[w])
+		}()
+	}
+	wg.Wait()
+
+	recs, err := Records(r.store, st.Name)
+	if err != nil {
+		return r.sum, err
+	}
+	r.sum.Records = recs
+	if b, ok := Best(recs); ok {
+		r.sum.Best = &b
+	}
+	r.sum.Interrupted = ctx.Err() != nil
+	return r.sum, errors.Join(errs...)
+}
+
+// worker runs trials on one GPU group until there is nothing left to do. It
+// holds the group's lease in the storage while it runs (a second process
+// waits for it), and returns an error when the group must not be used
+// again (a server that could not be stopped, GPUs not released, the lease
+// lost) or the storage failed.
+func (r *runner) worker(ctx context.Context, gpus []int) error {
+	lease, err := r.leaseGroup(ctx, gpus)
+	if err != nil || lease == nil {
+		return err
+	}
+	defer lease.release()
+	for {
+		if err := lease.lost(); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !r.deadline.IsZero() && time.Now().After(r.deadline) {
+			r.note("timeout reached: no new trials")
+			return nil
+		}
+		done, err := r.exhausted()
+		if err != nil {
+			return err
+		}
+		if done {
+			r.note("every config of the space (%d) has been tried", r.spaceSize)
+			return nil
+		}
+		if r.skipped() >= maxSkips {
+			r.note("stopping: the last %d proposals were all infeasible or duplicates", maxSkips)
+			return nil
+		}
+		if left, err := r.budgetLeft(ctx); err != nil || !left {
+			return err
+		}
+		if err := r.trial(ctx, gpus); err != nil {
+			if errors.Is(err, errBudgetTaken) {
+				r.note("%v", err)
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// budgetLeft reports whether the study's launched-trial budget has room;
+// the storage counts every process's launches.
+func (r *runner) budgetLeft(ctx context.Context) (bool, error) {
+	n, err := r.store.LaunchedCount(ctx, r.study.ID)
+	if err != nil {
+		return false, fmt.Errorf("count launched trials: %w", err)
+	}
+	r.mu.Lock()
+	r.launched = n
+	r.mu.Unlock()
+	return n < r.budget, nil
+}
+
+// exhausted reports whether every config of a finite space has a trial and
+// none waits to be re-run.
+func (r *runner) exhausted() (bool, error) {
+	if r.spaceSize == 0 {
+		return false, nil
+	}
+	recs, err := Records(r.store, r.st.Name)
+	if err != nil {
+		return false, err
+	}
+	seen := map[string]bool{}
+	proposed := 0
+	for _, rec := range recs {
+		if rec.RetryOf == nil {
+			proposed++
+		}
+		switch rec.State {
+		case StateWaiting:
+			return false, nil
+		case StateInterrupted, StateRunning:
+		default:
+			if rec.ConfigKey != "" {
+				seen[rec.ConfigKey] = true
+			}
+		}
+	}
+	return len(seen) >= r.spaceSize || (r.gridSize > 0 && proposed >= r.gridSize), nil
+}
+
+func (r *runner) skipped() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.skips
+}
+
+// waiting counts the trials queued to be re-run.
+func (r *runner) waiting() (int, error) {
+	recs, err := Records(r.store, r.st.Name)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, rec := range recs {
+		if rec.State == StateWaiting {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// resume takes over trials whose owner died (on this host, or silent for
+// staleAfter anywhere), queueing each for a re-run through the storage's
+// atomic API, kills servers they left behind, and relearns what the
+// study's earlier startups taught.
+func (r *runner) resume() error {
+	reaped, err := r.store.ReapStale(r.study.ID, staleAfter, r.staleRetries())
+	if err != nil {
+		return fmt.Errorf("take over stale trials: %w", err)
+	}
+	for _, rp := range reaped {
+		r.tookOver(rp.Number, "no heartbeat for "+staleAfter.String())
+	}
+	recs, err := Records(r.store, r.st.Name)
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		if rec.State != StateRunning || !ownerDead(rec.Owner, r.host) {
+			continue
+		}
+		reason := fmt.Sprintf("owner %s stopped without finishing the trial", rec.Owner)
+		state, retry := StateInterrupted, rec.Retries < maxRetries
+		if r.st.Launch.OnStale == "fail" {
+			state, retry = StateFailed, false
+		}
+		if _, ended, err := r.store.InterruptTrial(rec.ID, state, reason, retry); err != nil {
+			return fmt.Errorf("take over trial %d: %w", rec.Number, err)
+		} else if ended {
+			r.tookOver(rec.Number, reason)
+		}
+	}
+	if recs, err = Records(r.store, r.st.Name); err != nil {
+		return err
+	}
+	if r.launched, err = r.store.LaunchedCount(context.Background(), r.study.ID); err != nil {
+		return fmt.Errorf("count launched trials: %w", err)
+	}
+	for _, rec := range recs {
+		if rec.State == StateComplete && rec.ScoreOK && rec.Score != nil && (r.best == nil || *rec.Score > *r.best) {
+			s := *rec.Score
+			r.best = &s
+		}
+		r.relearn(rec)
+	}
+	return nil
+}
+
+// staleRetries is how often ReapStale re-queues one config.
+func (r *runner) staleRetries() int {
+	if r.st.Launch.OnStale == "fail" {
+		return 0
+	}
+	return maxRetries
+}
+
+// tookOver reports a trial taken over from a dead owner and kills what its
+// server left behind: Pdeathsig takes a server down with its tuner, but not
+// every engine's workers.
+func (r *runner) tookOver(number int, reason string) {
+	r.trialEvent(EventNote, number, "taken over: %s; queued to run again", reason)
+	if pids, err := launcher.KillTagged(context.Background(), r.trialTag(number)); err != nil {
+		r.trialEvent(EventNote, number, "could not look for leftover server processes: %v", err)
+	} else if len(pids) > 0 {
+		r.trialEvent(EventNote, number, "killed %d leftover server process group(s)", len(pids))
+	}
+}
+
+// studyUID returns the study's random id, creating it on first use.
+func (r *runner) studyUID() (string, error) {
+	attrs, err := r.store.GetStudySystemAttrs(r.study.ID)
+	if err != nil {
+		return "", fmt.Errorf("read study attributes: %w", err)
+	}
+	if uid := attrs[storage.AttrUID]; uid != "" {
+		return uid, nil
+	}
+	b := make([]byte, 4)
+	if _, err := crand.Read(b); err != nil {
+		return "", err
+	}
+	uid := hex.EncodeToString(b)
+	if err := r.store.SetStudySystemAttr(r.study.ID, storage.AttrUID, uid); err != nil {
+		return "", fmt.Errorf("write study attributes: %w", err)
+	}
+	return uid, nil
+}
+
+// trialTag is the environment entry that marks a trial's server processes.
+// The study's random id keeps two databases holding a study of the same
+// name from killing each other's servers.
+func (r *runner) trialTag(number int) string {
+	return fmt.Sprintf("SGTUNE_TRIAL=%s/%s/%d", safeName(r.st.Name), r.uid, number)
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+// ownerDead reports whether owner ("host:pid", or "host:pid#name") is a
+// process of this host that no longer exists.
+func ownerDead(owner, host string) bool {
+	owner, _, _ = strings.Cut(owner, "#")
+	h, p, ok := strings.Cut(owner, ":")
+	if !ok || h != host {
+		return false
+	}
+	pid, err := strconv.Atoi(p)
+	if err != nil || pid <= 0 || pid == os.Getpid() {
+		return false
+	}
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
+
+// gpuCSV is CUDA_VISIBLE_DEVICES for gpus ("" for none).
+func gpuCSV(gpus []int) string {
+	s := make([]string, len(gpus))
+	for i, g := range gpus {
+		s[i] = strconv.Itoa(g)
+	}
+	return strings.Join(s, ",")
+}
+
+// gpuList is gpuCSV for progress lines.
+func gpuList(gpus []int) string {
+	if len(gpus) == 0 {
+		return "(default)"
+	}
+	return gpuCSV(gpus)
+}
+
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			return r
+		}
+		return '_'
+	}, s)
+}

@@ -1,0 +1,412 @@
+package search
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/c-bata/goptuna"
+
+	"github.com/sgtune/sgtune/engine"
+	"github.com/sgtune/sgtune/launcher"
+	"github.com/sgtune/sgtune/objective"
+	"github.com/sgtune/sgtune/space"
+	"github.com/sgtune/sgtune/storage"
+)
+
+// unitStudy is a small space run against a fake backend: 2 x 8 configs.
+const unitStudy = `name: unit
+engine: {command: "true"}
+model: m
+gpus: {per_trial: 4, groups: [[0, 1, 2, 3], [4, 5, 6, 7]]}
+fixed: {--tp-size: 4}
+params:
+  - {name: ep, type: categorical, choices: [1, 4], flag: --ep-size}
+  - {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}
+workload: {chat: {concurrency: [4], requests: [4], max_tokens: 8, repeats: 1}}
+score: {metric: output_tok_s, concurrency: 4}
+budget: {trials: 6, sampler: random, seed: 3}
+`
+
+// fakeBackend measures a config's tok/s as a function of its flags; hooks
+// let a test crash, interrupt or break a trial.
+type fakeBackend struct {
+	mu       sync.Mutex
+	running  map[string]int // config flags -> servers running with them
+	maxSame  int            // most servers ever running one config at once
+	launches []string       // flags of every launch, in order
+	// measure, when set, replaces the default measurement.
+	measure func(ctx context.Context, flags string) (*objective.Result, error)
+	// crash returns a failure for a config (nil: it runs fine).
+	crash func(flags string) *launcher.Failure
+	// gate, when set, is received from before a measurement ends (lets
+	// two trials overlap).
+	gate chan struct{}
+}
+
+func (b *fakeBackend) Start(ctx context.Context, spec launcher.Spec) (Running, error) {
+	flags := strings.Join(spec.Argv[1:], " ")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.running == nil {
+		b.running = map[string]int{}
+	}
+	b.running[flags]++
+	b.maxSame = max(b.maxSame, b.running[flags])
+	b.launches = append(b.launches, flags)
+	return &fakeRunning{b: b, flags: flags}, nil
+}
+
+type fakeRunning struct {
+	b     *fakeBackend
+	flags string
+}
+
+func (f *fakeRunning) Facts() engine.Facts {
+	return engine.Facts{MaxRunningRequests: 64, StartupS: 0.1}
+}
+
+func (f *fakeRunning) Measure(ctx context.Context, w objective.Workload, opt objective.Options) (*objective.Result, error) {
+	if f.b.gate != nil {
+		select {
+		case <-f.b.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if f.b.measure != nil {
+		return f.b.measure(ctx, f.flags)
+	}
+	if f.b.crash != nil && f.b.crash(f.flags) != nil {
+		return nil, objective.ErrFailedRequests
+	}
+	return result(4, tokS(f.flags), 0.1), nil
+}
+
+func (f *fakeRunning) Stop(ctx context.Context) (*launcher.Failure, error) {
+	f.b.mu.Lock()
+	f.b.running[f.flags]--
+	f.b.mu.Unlock()
+	if f.b.crash != nil {
+		return f.b.crash(f.flags), nil
+	}
+	return nil, nil
+}
+
+// tokS is the fake landscape: more slots and ep 4 are faster.
+func tokS(flags string) float64 {
+	v := 100.0
+	if strings.Contains(flags, "--ep-size 4") {
+		v += 50
+	}
+	var slots int
+	if i := strings.Index(flags, "--max-mamba-cache-size "); i >= 0 {
+		fmt.Sscanf(flags[i+len("--max-mamba-cache-size "):], "%d", &slots)
+	}
+	return v + float64(slots)/8
+}
+
+// openFake loads a study (unitStudy with the given replacements) and a
+// fresh storage.
+func openFake(t *testing.T, replace ...string) (*space.Study, *storage.Store, string) {
+	t.Helper()
+	doc := strings.NewReplacer(replace...).Replace(unitStudy)
+	dir := t.TempDir()
+	st, err := space.Parse(filepath.Join(dir, "unit.yaml"), []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "unit.db")
+	store, err := storage.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return st, store, path
+}
+
+func runFake(t *testing.T, ctx context.Context, st *space.Study, store *storage.Store, b Backend, parallel int) (Summary, error, []Event) {
+	t.Helper()
+	var mu sync.Mutex
+	var evs []Event
+	sum, err := Run(ctx, Options{Study: st, Store: store, Backend: b, LogDir: t.TempDir(), Parallel: parallel,
+		Getenv: func(string) string { return "" },
+		Events: func(ev Event) { mu.Lock(); evs = append(evs, ev); mu.Unlock(); t.Log(ev.Text) }})
+	return sum, err, evs
+}
+
+func states(recs []Record) map[string]int {
+	out := map[string]int{}
+	for _, r := range recs {
+		out[r.State]++
+	}
+	return out
+}
+
+// TestRunFakeBackend walks whole trials without processes: the budget is
+// spent on launches, failures are classified and stored, nothing stays
+// running, and the best trial is the fastest measured config.
+func TestRunFakeBackend(t *testing.T) {
+	st, store, _ := openFake(t)
+	b := &fakeBackend{crash: func(flags string) *launcher.Failure {
+		if strings.Contains(flags, "--max-mamba-cache-size 64") {
+			return &launcher.Failure{Class: engine.ClassIllegalMemoryAccess, ExitCode: 1, Reason: "CUDA error: an illegal memory access was encountered"}
+		}
+		return nil
+	}}
+	sum, err, _ := runFake(t, context.Background(), st, store, b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := states(sum.Records)
+	if c[StateComplete]+c[StateFailed] != 6 || c[StateRunning] != 0 || c[StateWaiting] != 0 || len(b.launches) != 6 {
+		t.Fatalf("states %v, %d launches", c, len(b.launches))
+	}
+	best := 0.0
+	for _, r := range sum.Records {
+		switch r.State {
+		case StateFailed:
+			if r.FailureClass != engine.ClassIllegalMemoryAccess || r.Reason == "" {
+				t.Errorf("trial %d: failed as %q: %q", r.Number, r.FailureClass, r.Reason)
+			}
+		case StateComplete:
+			best = math.Max(best, *r.Score)
+			if len(r.Argv) == 0 || r.LogPath == "" || r.GPUs == "" || len(r.Facts) == 0 {
+				t.Errorf("trial %d: launch not recorded: %+v", r.Number, r)
+			}
+		}
+	}
+	if sum.Best == nil || *sum.Best.Score != best {
+		t.Errorf("best %v, want score %v", sum.Best, best)
+	}
+	if pts, err := store.Points(sum.Best.ID); err != nil || len(pts) != 1 {
+		t.Errorf("points of the best trial: %v %v", pts, err)
+	}
+}
+
+// TestInterruptQueuesRerun: Ctrl-C during a measurement ends the trial as
+// interrupted with a queued copy; the next run re-runs it first with the
+// same params, also at the top of a step-int range (goptuna's fixed_params
+// drop that value), and the budget counts it once.
+func TestInterruptQueuesRerun(t *testing.T) {
+	st, store, _ := openFake(t, "budget: {trials: 6, sampler: random, seed: 3}", "budget: {trials: 2, sampler: random, seed: 3}",
+		"low: 64, high: 512", "low: 448, high: 512")
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &fakeBackend{measure: func(mctx context.Context, flags string) (*objective.Result, error) {
+		cancel()
+		<-mctx.Done()
+		return nil, mctx.Err()
+	}}
+	sum, err, _ := runFake(t, ctx, st, store, b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sum.Interrupted {
+		t.Error("not reported as interrupted")
+	}
+	recs, _ := Records(store, st.Name)
+	if len(recs) != 2 || recs[0].State != StateInterrupted || recs[1].State != StateWaiting || *recs[1].RetryOf != recs[0].Number {
+		t.Fatalf("after Ctrl-C: %+v", recs)
+	}
+	first := fmt.Sprint(recs[0].Params)
+
+	b2 := &fakeBackend{}
+	sum, err, _ = runFake(t, context.Background(), st, store, b2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs = sum.Records
+	if fmt.Sprint(recs[1].Params) != first || recs[1].State != StateComplete {
+		t.Errorf("re-run %v (%s), want params %s", recs[1].Params, recs[1].State, first)
+	}
+	if len(b2.launches) != 2 || b2.launches[0] != b.launches[0] {
+		t.Errorf("launches %q, want the interrupted config first: %q", b2.launches, b.launches[0])
+	}
+	if c := states(recs); c[StateComplete]+c[StateFailed] != 2 {
+		t.Errorf("budget of 2 launches: %v", c)
+	}
+}
+
+// TestResumeTakesOverDeadOwner: a trial left RUNNING by a process that
+// died (kill -9) is ended as interrupted and re-run with its params.
+func TestResumeTakesOverDeadOwner(t *testing.T) {
+	st, store, _ := openFake(t, "trials: 6", "trials: 1")
+	study, err := store.LoadOrCreateStudy(st.Name, goptuna.StudyDirectionMaximize, goptuna.StudyOptionStorage(store),
+		goptuna.StudyOptionLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := store.CreateNewTrial(study.ID)
+	trial := &goptuna.Trial{Study: study, ID: id}
+	if _, err := trial.SuggestCategorical("ep", []string{"1", "4"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trial.SuggestStepInt("slots", 64, 512, 64); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetTrialSystemAttr(id, storage.AttrOwner, fmt.Sprintf("%s:%d", hostname(), cmd.Process.Pid)); err != nil {
+		t.Fatal(err)
+	}
+	dead, _ := store.GetTrial(id)
+
+	sum, err, _ := runFake(t, context.Background(), st, store, &fakeBackend{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := sum.Records
+	if len(recs) != 2 || recs[0].State != StateInterrupted || !strings.Contains(recs[0].Reason, "stopped without finishing") {
+		t.Fatalf("records %+v", recs)
+	}
+	if recs[1].State != StateComplete || fmt.Sprint(recs[1].Params) != fmt.Sprint(dead.Params) {
+		t.Errorf("re-run %+v, want params %v", recs[1], dead.Params)
+	}
+}
+
+// TestStoreFailureEndsTrial: a trial whose end cannot be stored (a NaN
+// score is refused) is ended as interrupted with the reason, queued again,
+// and the run reports the error instead of dropping it.
+func TestStoreFailureEndsTrial(t *testing.T) {
+	st, store, _ := openFake(t)
+	b := &fakeBackend{measure: func(ctx context.Context, flags string) (*objective.Result, error) {
+		return result(4, math.NaN(), 0.1), nil
+	}}
+	_, err, _ := runFake(t, context.Background(), st, store, b, 1)
+	if err == nil || !strings.Contains(err.Error(), "NaN") {
+		t.Fatalf("error %v, want the refused write", err)
+	}
+	recs, _ := Records(store, st.Name)
+	c := states(recs)
+	if c[StateInterrupted] != 1 || c[StateWaiting] != 1 || c[StateRunning] != 0 {
+		t.Errorf("states %v", c)
+	}
+	if !strings.Contains(recs[0].Reason, "NaN") {
+		t.Errorf("reason %q", recs[0].Reason)
+	}
+}
+
+// TestParallelNeverSameConfigAtOnce: with two GPU groups and a space of
+// two configs, no config ever runs twice at the same time.
+func TestParallelNeverSameConfigAtOnce(t *testing.T) {
+	st, store, _ := openFake(t, "low: 64, high: 512", "low: 512, high: 512", "trials: 6", "trials: 2")
+	// Measurements end together, once both workers had time to start, so
+	// the second worker proposes while the first config runs.
+	b := &fakeBackend{gate: make(chan struct{})}
+	time.AfterFunc(300*time.Millisecond, func() { close(b.gate) })
+	sum, err, _ := runFake(t, context.Background(), st, store, b, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.maxSame > 1 {
+		t.Errorf("a config ran %d times at once", b.maxSame)
+	}
+	if c := states(sum.Records); c[StateComplete] != 2 {
+		t.Errorf("states %v, launches %q", c, b.launches)
+	}
+}
+
+// TestGridSampler: the grid proposes the space in order and the study ends
+// when every point was proposed.
+func TestGridSampler(t *testing.T) {
+	st, store, _ := openFake(t, "sampler: random", "sampler: grid", "trials: 6", "trials: 40")
+	b := &fakeBackend{}
+	sum, err, _ := runFake(t, context.Background(), st, store, b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sum.Records) != 16 || len(b.launches) != 16 {
+		t.Fatalf("%d trials, %d launches; want the 16 configs once each", len(sum.Records), len(b.launches))
+	}
+	for i, r := range sum.Records {
+		want := fmt.Sprintf("map[ep:%d slots:%d]", []int{1, 4}[i/8], 64*(1+i%8))
+		if fmt.Sprint(r.Params) != want {
+			t.Errorf("trial %d params %v, want %s", i, r.Params, want)
+		}
+	}
+}
+
+// groupBackend counts the servers running on each GPU group at once.
+type groupBackend struct {
+	fakeBackend
+	gmu     sync.Mutex
+	onGroup map[string]int
+	maxOn   int
+}
+
+func (b *groupBackend) Start(ctx context.Context, spec launcher.Spec) (Running, error) {
+	g := fmt.Sprint(spec.GPUs)
+	b.gmu.Lock()
+	if b.onGroup == nil {
+		b.onGroup = map[string]int{}
+	}
+	b.onGroup[g]++
+	b.maxOn = max(b.maxOn, b.onGroup[g])
+	b.gmu.Unlock()
+	run, err := b.fakeBackend.Start(ctx, spec)
+	return &groupRunning{Running: run, b: b, group: g}, err
+}
+
+type groupRunning struct {
+	Running
+	b     *groupBackend
+	group string
+}
+
+func (g *groupRunning) Stop(ctx context.Context) (*launcher.Failure, error) {
+	f, err := g.Running.Stop(ctx)
+	g.b.gmu.Lock()
+	g.b.onGroup[g.group]--
+	g.b.gmu.Unlock()
+	return f, err
+}
+
+// TestTwoRunsShareStudy: two runs of one study on one storage and one GPU
+// group never run two trials on the group at once, and together launch
+// exactly the study's budget.
+func TestTwoRunsShareStudy(t *testing.T) {
+	st, store, path := openFake(t, "groups: [[0, 1, 2, 3], [4, 5, 6, 7]]", "groups: [[0, 1, 2, 3]]")
+	second, err := storage.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { second.Close() })
+	b := &groupBackend{}
+	b.measure = func(ctx context.Context, flags string) (*objective.Result, error) {
+		time.Sleep(20 * time.Millisecond) // long enough for the other run to try the group
+		return result(4, tokS(flags), 0.1), nil
+	}
+	defer func(d time.Duration) { leaseWait = d }(leaseWait)
+	leaseWait = 10 * time.Millisecond
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, s := range []*storage.Store{store, second} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = Run(context.Background(), Options{Study: st, Store: s, Backend: b, LogDir: t.TempDir(),
+				Getenv: func(string) string { return "" }, Name: fmt.Sprint("run", i),
+				Events: func(ev Event) { t.Logf("run %d: %s", i, ev.Text) }})
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if b.maxOn != 1 {
+		t.Errorf("%d servers ran on the GPU group at once", b.maxOn)
+	}
+	recs, _ := Records(store, st.Name)
+	if c := states(recs); c[StateComplete]+c[StateFailed] != 6 || len(b.launches) != 6 {
+		t.Errorf("launched %d (states %v); want the budget of 6", len(b.launches), c)
+	}
+}
