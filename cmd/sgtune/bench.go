@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sgtune/sgtune/errext"
 	"github.com/sgtune/sgtune/objective"
 )
 
@@ -90,8 +91,8 @@ failed, no token progress, a quality gate failed), 2 for bad flags.`,
 			res, runErr := objective.Run(cmd.Context(), t, w, objective.Options{Progress: progress})
 			var unreachable *objective.UnreachableError
 			if errors.As(runErr, &unreachable) {
-				// Nothing was measured: the connection error alone (exit 1).
-				return unreachable
+				// Nothing was measured: the connection error alone.
+				return errext.WithExitCode(unreachable, errext.Failure)
 			}
 			if f.asJSON {
 				doc := benchDoc{URL: t.URL, Model: res.Model, Workload: w, ReusePrompts: res.ReusePrompts, Points: res.Points,
