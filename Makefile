@@ -1,5 +1,6 @@
 # sgtune: build, test and demo. `make demo` runs a real study against the
-# bundled SGLang simulator; `make test` runs vet and every test.
+# bundled SGLang simulator; `make test` runs vet and every test (the
+# packages with goroutines under the race detector).
 
 GO ?= go
 # Link the system SQLite when its headers are there (Debian: libsqlite3-dev):
@@ -16,9 +17,15 @@ all: build
 build:
 	$(GO) build -o bin/ ./cmd/...
 
+# The packages that run goroutines are tested under the race detector; the
+# rest run plainly, so that no package's tests run twice.
+RACE_PKGS := ./launcher/... ./objective/... ./search/... ./sim/... ./storage/...
+
 test: build
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 15m ./...
+	$(GO) test -count=1 -race -timeout 15m $(RACE_PKGS)
+	race=$$($(GO) list $(RACE_PKGS)) && \
+		$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -vxF "$$race")
 
 # A real study: launches sglang-sim through the launcher, measures it with the
 # load generator, stores every trial in sgtune.db, then exports the winner.

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"embed"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -142,11 +144,7 @@ func (s *FlagSchema) Lookup(name string) (*FlagSpec, bool) {
 // Closest returns the known flag name nearest to name (edit distance,
 // preferring a flag name that name is a prefix of, as argparse would).
 func (s *FlagSchema) Closest(name string) string {
-	names := make([]string, 0, len(s.byName))
-	for n := range s.byName {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(s.byName))
 	var prefixed []string
 	for _, n := range names {
 		if strings.HasPrefix(n, name) {

@@ -12,9 +12,6 @@ package launcher
 
 import (
 	"context"
-
-	"github.com/sgtune/sgtune/engine"
-
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +26,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sgtune/sgtune/engine"
+	"github.com/sgtune/sgtune/shell"
 )
 
 // Defaults for Spec's zero values.
@@ -183,18 +183,8 @@ const tailLines = 60
 // launching. The server's lifetime does not depend on ctx once Start
 // returned: end it with Stop.
 func Start(ctx context.Context, spec Spec) (*Server, error) {
-	// Abort also ends the startup wait, not just the teardown after it.
-	ctx, cancelStart := context.WithCancelCause(ctx)
+	ctx, cancelStart := startContext(ctx, spec.Abort)
 	defer cancelStart(nil)
-	if spec.Abort != nil {
-		go func() { // ends when Start returns (deferred cancel) or on abort
-			select {
-			case <-spec.Abort:
-				cancelStart(ErrAborted)
-			case <-ctx.Done():
-			}
-		}()
-	}
 	if len(spec.Argv) == 0 {
 		return nil, &Failure{Class: engine.ClassBadCommand, ExitCode: -1, Err: errors.New("empty command")}
 	}
@@ -202,99 +192,190 @@ func Start(ctx context.Context, spec Spec) (*Server, error) {
 	if err := CheckGPUsFree(ctx, spec.GPUs); err != nil {
 		return nil, err
 	}
-	var logFile *os.File
-	var out io.Writer
-	if spec.LogPath != "" {
-		if err := os.MkdirAll(filepath.Dir(spec.LogPath), 0o755); err != nil {
-			return nil, fmt.Errorf("launcher: log dir: %w", err)
-		}
-		f, err := os.OpenFile(spec.LogPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("launcher: log file: %w", err)
-		}
-		logFile, out = f, f
+	logFile, err := openLog(spec.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	var out io.Writer // a nil *os.File in it would not read as "no log"
+	if logFile != nil {
+		out = logFile
 	}
 	s := &Server{spec: spec, logFile: logFile}
 	s.sink = newLineSink(out, red, s.eng())
 	path, err := exec.LookPath(spec.Argv[0])
 	if err != nil {
-		err = errors.New(red.String(err.Error()))
-		s.sink.note("cannot run the command: " + err.Error())
-		s.closeLog()
-		return nil, s.newFailure(engine.ClassBadCommand, -1, nil, err)
+		return nil, s.cannotRun(err)
 	}
 	s.baseline = gpuBaseline(ctx, spec.GPUs)
-	timeout := spec.StartupTimeout
-	if timeout <= 0 {
-		timeout = DefaultStartupTimeout
+	return s.attempts(ctx, path)
+}
+
+// startContext returns ctx, also canceled with the cause ErrAborted when
+// abort is closed, so that Abort ends the startup wait and not just the
+// teardown after it. The watching goroutine ends when the returned context
+// ends: Start's deferred cancel, or the abort itself.
+func startContext(ctx context.Context, abort <-chan struct{}) (context.Context, context.CancelCauseFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	if abort != nil {
+		go func() {
+			select {
+			case <-abort:
+				cancel(ErrAborted)
+			case <-ctx.Done():
+			}
+		}()
 	}
+	return ctx, cancel
+}
+
+// openLog creates the log file at path, and its folder; nil without error
+// when path is "" (the in-memory tail only).
+func openLog(path string) (*os.File, error) {
+	if path == "" {
+		return nil, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("launcher: log dir: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("launcher: log file: %w", err)
+	}
+	return f, nil
+}
+
+// cannotRun logs that the command could not be started (not found, not
+// executable), closes the log and returns the engine.ClassBadCommand failure. The
+// error text is redacted: it may quote the command line.
+func (s *Server) cannotRun(err error) *Failure {
+	err = errors.New(s.sink.red.String(err.Error()))
+	s.sink.note("cannot run the command: " + err.Error())
+	s.closeLog()
+	return s.newFailure(engine.ClassBadCommand, -1, nil, err)
+}
+
+// startupTimeout is Spec.StartupTimeout or its default.
+func (s *Server) startupTimeout() time.Duration {
+	if s.spec.StartupTimeout <= 0 {
+		return DefaultStartupTimeout
+	}
+	return s.spec.StartupTimeout
+}
+
+// attempts launches the server until it is ready, retrying on a fresh port
+// (at most PortAttempts launches) while it dies only because its port was
+// taken. All attempts share one startup deadline.
+func (s *Server) attempts(ctx context.Context, path string) (*Server, error) {
+	timeout := s.startupTimeout()
 	deadline := time.Now().Add(timeout)
-
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
+		p, launched, err := s.launchAttempt(path, attempt)
 		if err != nil {
-			s.closeLog()
-			return nil, fmt.Errorf("launcher: %w", err)
+			return nil, err
 		}
-		argv := append(append([]string(nil), spec.Argv...), s.eng().HostFlag, "127.0.0.1", s.eng().PortFlag, strconv.Itoa(port))
-		if attempt > 1 {
-			s.sink.reset()
-		}
-		s.sink.note(fmt.Sprintf("attempt %d: %s", attempt, shellJoin(argv)))
-		if len(spec.GPUs) > 0 {
-			s.sink.note("CUDA_VISIBLE_DEVICES=" + gpuList(spec.GPUs))
-		}
-		t0 := time.Now()
-		p, err := launch(path, argv, s.env(), s.sink)
-		if err != nil {
-			err = errors.New(red.String(err.Error()))
-			s.sink.note("cannot run the command: " + err.Error())
-			s.closeLog()
-			return nil, s.newFailure(engine.ClassBadCommand, -1, nil, err)
-		}
-		s.proc, s.Port, s.PID = p, port, p.pid
-		s.URL = "http://127.0.0.1:" + strconv.Itoa(port)
-
 		switch res := s.waitReady(ctx, p, deadline); res {
 		case readyOK:
-			facts, _, _ := s.sink.state()
-			facts.StartupS = time.Since(t0).Seconds()
-			s.Facts = facts
-			s.exited = make(chan struct{})
-			go s.monitor()
+			s.ready(launched)
 			return s, nil
 		case readyDied:
-			_, _, m := s.sink.state()
-			if m != nil && m.port && attempt < PortAttempts && ctx.Err() == nil {
-				s.sink.note(fmt.Sprintf("port %d was taken; retrying on another port", port))
-				_ = s.teardown(ctx, false)
-				if ctx.Err() == nil {
-					continue
-				}
-				s.sink.note("start canceled")
-				s.closeLog()
-				return nil, fmt.Errorf("launcher: start canceled: %w", context.Cause(ctx))
+			if !s.portTaken(ctx, attempt) {
+				return nil, s.diedBeforeReady(ctx, p)
 			}
-			class := classify(m, p.exitCode, false)
-			s.sink.note(fmt.Sprintf("exited with status %d before ready: %s", p.exitCode, class))
-			f := s.newFailure(class, p.exitCode, m, nil)
-			_ = s.teardown(ctx, false)
-			s.closeLog()
-			return nil, f
-		case readyTimeout, readyCanceled:
-			why := "not ready after " + timeout.String()
-			if res == readyCanceled {
-				why = "start canceled"
+			if err := s.retryPort(ctx); err != nil {
+				return nil, err
 			}
-			s.sink.note(why + "; stopping the process group")
-			_ = s.teardown(ctx, true)
-			s.closeLog()
-			if res == readyCanceled {
-				return nil, fmt.Errorf("launcher: start canceled: %w", context.Cause(ctx))
-			}
-			return nil, s.newFailure(engine.ClassStartupTimeout, p.exitCode, nil, fmt.Errorf("not ready within %s", timeout))
+		default: // readyTimeout, readyCanceled
+			return nil, s.notReady(ctx, p, res == readyCanceled, timeout)
 		}
 	}
+}
+
+// launchAttempt starts one attempt on a free port and returns its process
+// and the time it was launched (from which StartupS counts).
+func (s *Server) launchAttempt(path string, attempt int) (*proc, time.Time, error) {
+	port, err := freePort()
+	if err != nil {
+		s.closeLog()
+		return nil, time.Time{}, fmt.Errorf("launcher: %w", err)
+	}
+	argv := append(append([]string(nil), s.spec.Argv...), s.eng().HostFlag, "127.0.0.1", s.eng().PortFlag, strconv.Itoa(port))
+	if attempt > 1 {
+		s.sink.reset()
+	}
+	s.sink.note(fmt.Sprintf("attempt %d: %s", attempt, shell.Join(argv)))
+	if len(s.spec.GPUs) > 0 {
+		s.sink.note("CUDA_VISIBLE_DEVICES=" + gpuList(s.spec.GPUs))
+	}
+	launched := time.Now()
+	p, err := launch(path, argv, s.env(), s.sink)
+	if err != nil {
+		return nil, time.Time{}, s.cannotRun(err)
+	}
+	s.proc, s.Port, s.PID = p, port, p.pid
+	s.URL = "http://127.0.0.1:" + strconv.Itoa(port)
+	return p, launched, nil
+}
+
+// ready records the startup facts and starts watching the ready server.
+func (s *Server) ready(launched time.Time) {
+	facts, _, _ := s.sink.state()
+	facts.StartupS = time.Since(launched).Seconds()
+	s.Facts = facts
+	s.exited = make(chan struct{})
+	go s.monitor() // ends when the process exits
+}
+
+// portTaken reports whether an attempt that died before ready should be
+// launched again on another port: its log says the port was taken,
+// attempts are left and ctx is live.
+func (s *Server) portTaken(ctx context.Context, attempt int) bool {
+	_, _, m := s.sink.state()
+	return m != nil && m.port && attempt < PortAttempts && ctx.Err() == nil
+}
+
+// retryPort tears down an attempt whose port was taken before the next
+// one; it fails only when ctx ended meanwhile.
+func (s *Server) retryPort(ctx context.Context) error {
+	s.sink.note(fmt.Sprintf("port %d was taken; retrying on another port", s.Port))
+	// A failed release is noted in the log; the next attempt uses another port.
+	_ = s.teardown(ctx, false)
+	if ctx.Err() == nil {
+		return nil
+	}
+	s.sink.note("start canceled")
+	s.closeLog()
+	return fmt.Errorf("launcher: start canceled: %w", context.Cause(ctx))
+}
+
+// diedBeforeReady classifies an attempt whose process exited before ready,
+// then waits for its release.
+func (s *Server) diedBeforeReady(ctx context.Context, p *proc) *Failure {
+	_, _, m := s.sink.state()
+	class := classify(m, p.exitCode, false)
+	s.sink.note(fmt.Sprintf("exited with status %d before ready: %s", p.exitCode, class))
+	f := s.newFailure(class, p.exitCode, m, nil)
+	// The process is gone; a failed release is noted in the log.
+	_ = s.teardown(ctx, false)
+	s.closeLog()
+	return f
+}
+
+// notReady stops an attempt that was not ready by the deadline (a
+// engine.ClassStartupTimeout failure) or whose start was canceled (an error
+// wrapping the cause of ctx's end).
+func (s *Server) notReady(ctx context.Context, p *proc, canceled bool, timeout time.Duration) error {
+	why := "not ready after " + timeout.String()
+	if canceled {
+		why = "start canceled"
+	}
+	s.sink.note(why + "; stopping the process group")
+	// A failed release is noted in the log.
+	_ = s.teardown(ctx, true)
+	s.closeLog()
+	if canceled {
+		return fmt.Errorf("launcher: start canceled: %w", context.Cause(ctx))
+	}
+	return s.newFailure(engine.ClassStartupTimeout, p.exitCode, nil, fmt.Errorf("not ready within %s", timeout))
 }
 
 // teardown ends the attempt's process group (when term is set) and waits
@@ -352,22 +433,6 @@ func gpuList(gpus []int) string {
 		s[i] = strconv.Itoa(g)
 	}
 	return strings.Join(s, ",")
-}
-
-// shellJoin quotes argv for the log (the log is redacted afterwards).
-func shellJoin(argv []string) string {
-	q := make([]string, len(argv))
-	for i, a := range argv {
-		if a != "" && strings.IndexFunc(a, func(r rune) bool {
-			return !(r == '-' || r == '_' || r == '.' || r == '/' || r == '=' || r == ':' || r == ',' ||
-				r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
-		}) < 0 {
-			q[i] = a
-		} else {
-			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-		}
-	}
-	return strings.Join(q, " ")
 }
 
 // freePort asks the kernel for a free port on 127.0.0.1. Another process

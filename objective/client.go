@@ -151,6 +151,37 @@ func (e *HTTPError) Error() string {
 	return fmt.Sprintf("HTTP %d: %s", e.Status, e.Body)
 }
 
+// UnreachableError reports that no connection to the server could be made
+// (refused, no route, unknown host): nothing was measured.
+type UnreachableError struct {
+	URL string // the server's base URL
+	Err error  // the dial error
+}
+
+// Error says which URL could not be reached and why, e.g. "cannot reach
+// http://127.0.0.1:1: connect: connection refused".
+func (e *UnreachableError) Error() string {
+	why := e.Err.Error()
+	var op *net.OpError
+	if errors.As(e.Err, &op) && op.Err != nil {
+		why = op.Err.Error() // without "dial tcp ADDR", which the URL says
+	}
+	return "cannot reach " + e.URL + ": " + why
+}
+
+// Unwrap returns the dial error.
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// unreachable returns an *UnreachableError for base when err is a failure
+// to connect, else nil.
+func unreachable(base string, err error) *UnreachableError {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return &UnreachableError{URL: base, Err: op}
+	}
+	return nil
+}
+
 // post sends body to path and returns the response when it is 2xx.
 func (c *client) post(ctx context.Context, path string, body []byte) (*http.Response, error) {
 	req, err := c.newPost(ctx, path, body)
@@ -248,12 +279,13 @@ type ServerInfo struct {
 }
 
 // serverInfo fetches /server_info (or the older /get_server_info). It
-// returns nil when neither answers: not every OpenAI server has them.
-func (c *client) serverInfo(ctx context.Context) *ServerInfo {
+// returns nil and the last error when neither answers: not every OpenAI
+// server has them.
+func (c *client) serverInfo(ctx context.Context) (*ServerInfo, error) {
 	var raw map[string]any
 	if err := c.getJSON(ctx, "/server_info", &raw); err != nil {
 		if err := c.getJSON(ctx, "/get_server_info", &raw); err != nil {
-			return nil
+			return nil, err
 		}
 	}
 	si := &ServerInfo{Raw: raw}
@@ -270,7 +302,7 @@ func (c *client) serverInfo(ctx context.Context) *ServerInfo {
 			si.EffectiveMaxRunning = intOf(st["effective_max_running_requests_per_dp"])
 		}
 	}
-	return si
+	return si, nil
 }
 
 func intOf(v any) int {

@@ -67,7 +67,8 @@ const (
 // also when an error ends the run early. Errors wrap ErrHang (no token
 // progress), ErrQuality (a gate failed), ErrFailedRequests (requests of a
 // point failed) or the context's error (the caller cancelled, e.g. because
-// the server process died).
+// the server process died); an *UnreachableError means no connection to the
+// server could be made and nothing was measured.
 func Run(ctx context.Context, t Target, w Workload, opt Options) (*Result, error) {
 	w = w.WithDefaults()
 	res := &Result{Kind: w.Kind, Medians: map[int]Median{}}
@@ -83,12 +84,21 @@ func Run(ctx context.Context, t Target, w Workload, opt Options) (*Result, error
 	defer c.close()
 	model, err := c.resolveModel(ctx, t.Model)
 	if err != nil {
+		if u := unreachable(t.URL, err); u != nil {
+			return res, u
+		}
 		return res, err
 	}
 	res.Model = model
 	infoCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	res.Server = c.serverInfo(infoCtx)
+	info, err := c.serverInfo(infoCtx)
 	cancel()
+	// With the model given, this is the first request: a server that
+	// cannot be reached at all ends the run before any point.
+	if u := unreachable(t.URL, err); u != nil {
+		return res, u
+	}
+	res.Server = info
 
 	var runErr error
 	switch w.Kind {

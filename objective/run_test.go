@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -253,6 +254,53 @@ func TestRunFailures(t *testing.T) {
 				t.Fatal("nil result on error")
 			}
 			tt.check(t, res)
+		})
+	}
+}
+
+// closedURL returns the URL of a loopback port nothing listens on.
+func closedURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + l.Addr().String()
+	l.Close()
+	return url
+}
+
+func TestRunUnreachable(t *testing.T) {
+	down := closedURL(t)
+	notFound := httptest.NewServer(http.NotFoundHandler())
+	defer notFound.Close()
+	tests := []struct {
+		name, url, model string
+		unreachable      bool
+	}{
+		{"refused, model asked", down, "", true},
+		{"refused, model given", down, "m", true},
+		{"reachable, no /v1/models", notFound.URL, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := Run(context.Background(), Target{URL: tt.url, Model: tt.model}, smallChat(), Options{})
+			var u *UnreachableError
+			if got := errors.As(err, &u); got != tt.unreachable {
+				t.Fatalf("err = %v (%T), unreachable %v, want %v", err, err, got, tt.unreachable)
+			}
+			if res == nil || len(res.Points) != 0 {
+				t.Errorf("result %+v, want one without points", res)
+			}
+			if !tt.unreachable {
+				return
+			}
+			if want := "cannot reach " + tt.url + ": connect: connection refused"; err.Error() != want {
+				t.Errorf("error %q, want %q", err, want)
+			}
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Errorf("error %v does not wrap ECONNREFUSED", err)
+			}
 		})
 	}
 }

@@ -3,8 +3,9 @@ package objective
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 )
 
 // Schema is the subset of JSON Schema the quality gates use: type,
@@ -66,12 +67,7 @@ func (s *Schema) validate(path string, v any) error {
 				return fmt.Errorf("%s: missing required %q", path, r)
 			}
 		}
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
 			ps, ok := s.Properties[k]
 			if !ok {
 				if s.AdditionalProperties != nil && !*s.AdditionalProperties {

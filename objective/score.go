@@ -2,7 +2,8 @@ package objective
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -183,13 +184,8 @@ func sloViolation(slos []SLO, pts []Point) string {
 
 // capacity finds the highest level whose points passed and SLOs hold.
 func capacity(spec ScoreSpec, levels map[int][]Point) (conc int, tokS float64, ok bool, why string) {
-	cs := make([]int, 0, len(levels))
-	for c := range levels {
-		cs = append(cs, c)
-	}
-	sort.Ints(cs)
 	var reasons []string
-	for _, c := range cs {
+	for _, c := range slices.Sorted(maps.Keys(levels)) {
 		pts := levels[c]
 		if bad := failedPoints(pts); bad != "" {
 			reasons = append(reasons, fmt.Sprintf("c=%d: %s", c, bad))

@@ -3,6 +3,7 @@ package objective
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +100,7 @@ func TestCapacitySearch(t *testing.T) {
 		}
 	}
 	// 4 ok / 16 bad -> 10 bad -> 7 ok -> 8 ok -> 9 bad.
-	if want := []int{10, 7, 8, 9}; !equalInts(probes, want) {
+	if want := []int{10, 7, 8, 9}; !slices.Equal(probes, want) {
 		t.Errorf("probes %v, want %v\n%s", probes, want, strings.Join(lines, "\n"))
 	}
 	if v, ok, why := Score(ScoreSpec{Metric: MetricCapacity, SLO: slo}, res); !ok || v != 8 {
@@ -108,16 +109,4 @@ func TestCapacitySearch(t *testing.T) {
 	if len(res.Medians) != 2 {
 		t.Errorf("medians %v: probes must not be in them", res.Medians)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/sgtune/sgtune/shell"
 )
 
 // DefaultAPIKeyEnv is the environment variable an exported script reads the
@@ -150,12 +153,7 @@ func header(w io.Writer, l Launch) {
 	if d := date(l.Created); d != "" {
 		row("date", d)
 	}
-	keys := make([]string, 0, len(l.Params))
-	for k := range l.Params {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for i, k := range keys {
+	for i, k := range slices.Sorted(maps.Keys(l.Params)) {
 		label := ""
 		if i == 0 {
 			label = "params:"
@@ -180,13 +178,13 @@ func bash(w io.Writer, l Launch) error {
 	if l.GPUs != "" {
 		// The trials numbered GPUs as nvidia-smi does.
 		fmt.Fprintln(w, "export CUDA_DEVICE_ORDER=PCI_BUS_ID")
-		fmt.Fprintf(w, "export CUDA_VISIBLE_DEVICES=%s\n", shellQuote(l.GPUs))
+		fmt.Fprintf(w, "export CUDA_VISIBLE_DEVICES=%s\n", shell.Quote(l.GPUs))
 	}
-	for _, k := range sortedKeys(l.Env) {
-		fmt.Fprintf(w, "export %s=%s\n", k, shellQuote(l.Env[k]))
+	for _, k := range slices.Sorted(maps.Keys(l.Env)) {
+		fmt.Fprintf(w, "export %s=%s\n", k, shell.Quote(l.Env[k]))
 	}
 	apiKey(w, l)
-	fmt.Fprintf(w, "exec %s", joinQuoted(l.Command))
+	fmt.Fprintf(w, "exec %s", shell.Join(l.Command))
 	writeFlags(w, l.Flags)
 	fmt.Fprintln(w, " \\\n  \"$@\"")
 	return nil
@@ -201,7 +199,7 @@ func docker(w io.Writer, l Launch) error {
 	if strings.Contains(l.Version, "/") || strings.Contains(l.Version, "@sha256:") {
 		image = l.Version
 	}
-	fmt.Fprintf(w, "IMAGE=${IMAGE:-%s}\n", shellQuote(image))
+	fmt.Fprintf(w, "IMAGE=${IMAGE:-%s}\n", shell.Quote(image))
 	apiKey(w, l)
 	gpus := "all"
 	if l.GPUs != "" {
@@ -209,14 +207,14 @@ func docker(w io.Writer, l Launch) error {
 	}
 	fmt.Fprintf(w, "exec docker run --rm --gpus %s --ipc=host --shm-size 32g --network host \\\n", gpus)
 	fmt.Fprintln(w, "  -v \"${HF_HOME:-$HOME/.cache/huggingface}:/root/.cache/huggingface\" \\")
-	for _, k := range sortedKeys(l.Env) {
-		fmt.Fprintf(w, "  -e %s \\\n", shellQuote(k+"="+l.Env[k]))
+	for _, k := range slices.Sorted(maps.Keys(l.Env)) {
+		fmt.Fprintf(w, "  -e %s \\\n", shell.Quote(k+"="+l.Env[k]))
 	}
 	// Inside the image: the study's command when it is an SGLang entry
 	// point (python3 -m sglang.launch_server, sglang serve), else SGLang's.
 	inside := "python3 -m sglang.launch_server"
 	if len(l.Command) > 0 && (strings.HasPrefix(l.Command[0], "python") || l.Command[0] == "sglang") {
-		inside = joinQuoted(l.Command)
+		inside = shell.Join(l.Command)
 	}
 	fmt.Fprintf(w, "  \"$IMAGE\" %s", inside)
 	writeFlags(w, l.Flags)
@@ -227,52 +225,11 @@ func docker(w io.Writer, l Launch) error {
 // writeFlags writes one flag (with its value) per continued line.
 func writeFlags(w io.Writer, flags []string) {
 	for i := 0; i < len(flags); i++ {
-		fmt.Fprintf(w, " \\\n  %s", shellQuote(flags[i]))
+		fmt.Fprintf(w, " \\\n  %s", shell.Quote(flags[i]))
 		if i+1 < len(flags) && !strings.HasPrefix(flags[i+1], "--") {
-			fmt.Fprintf(w, " %s", shellQuote(flags[i+1]))
+			fmt.Fprintf(w, " %s", shell.Quote(flags[i+1]))
 			i++
 		}
 	}
 }
 
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-func joinQuoted(args []string) string {
-	q := make([]string, len(args))
-	for i, a := range args {
-		q[i] = shellQuote(a)
-	}
-	return strings.Join(q, " ")
-}
-
-// shellQuote quotes s for bash when it holds anything but safe characters.
-func shellQuote(s string) string {
-	if s == "" {
-		return "''"
-	}
-	safe := true
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=,+@%", r)) {
-			safe = false
-			break
-		}
-	}
-	if safe {
-		return s
-	}
-	if strings.ContainsAny(s, "$`") {
-		// Double quotes with escapes: a literal $ inside single quotes
-		// reads as a mistake (shellcheck SC2016).
-		r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, `$`, `\$`, "`", "\\`")
-		return `"` + r.Replace(s) + `"`
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'"
-}

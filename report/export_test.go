@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sgtune/sgtune/engine"
+	"github.com/sgtune/sgtune/shell"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -245,12 +246,12 @@ func TestCheckFlags(t *testing.T) {
 // TestShellQuoteRoundTrip: bash reads every quoted value back unchanged.
 func TestShellQuoteRoundTrip(t *testing.T) {
 	for _, s := range []string{"", "plain", "a b", "it's", `x y $HOME`, "`id`", `back\slash "q" $x`, "$'\\n'", "tab\there", "!bang"} {
-		out, err := exec.Command("bash", "-c", "printf %s "+shellQuote(s)).Output()
+		out, err := exec.Command("bash", "-c", "printf %s "+shell.Quote(s)).Output()
 		if err != nil {
 			t.Fatalf("%q: %v", s, err)
 		}
 		if string(out) != s {
-			t.Errorf("shellQuote(%q) = %s reads back as %q", s, shellQuote(s), out)
+			t.Errorf("shell.Quote(%q) = %s reads back as %q", s, shell.Quote(s), out)
 		}
 	}
 }

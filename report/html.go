@@ -6,6 +6,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/sgtune/sgtune/shell"
 )
 
 //go:embed page.html.tmpl
@@ -45,7 +47,7 @@ func flagLines(flags []string) string {
 	for i := 0; i < len(flags); i++ {
 		l := flags[i]
 		if i+1 < len(flags) && !strings.HasPrefix(flags[i+1], "--") {
-			l += " " + shellQuote(flags[i+1])
+			l += " " + shell.Quote(flags[i+1])
 			i++
 		}
 		lines = append(lines, l)

@@ -2,8 +2,10 @@ package report
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -223,7 +225,7 @@ func paramNames(trials []Trial) []string {
 			seen[k] = true
 		}
 	}
-	return sortedKeys(seen)
+	return slices.Sorted(maps.Keys(seen))
 }
 
 func (v *view) row(t Trial) trialRow {
@@ -351,7 +353,7 @@ func fileSafe(s string) string { return unsafeFile.ReplaceAllString(s, "_") }
 
 // paramString renders params as "k=v k=v" with sorted names.
 func paramString(p map[string]interface{}) string {
-	keys := sortedKeys(p)
+	keys := slices.Sorted(maps.Keys(p))
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = k + "=" + paramText(p, k)

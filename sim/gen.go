@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
-	"sort"
 	"strconv"
 	"strings"
 	"unicode"
@@ -341,14 +340,4 @@ func chooseTool(tools []toolDef, prompt string) int {
 		}
 	}
 	return best
-}
-
-// sortedKeys is used for deterministic output in tests.
-func sortedKeys(m map[string]any) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

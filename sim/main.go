@@ -5,28 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sgtune/sgtune/syncio"
 )
-
-// lockedWriter serialises log lines from several goroutines.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-func mathLog1p(x float64) float64 { return math.Log1p(x) }
 
 // Exit codes of Main.
 const (
@@ -71,7 +60,7 @@ func Main(ctx context.Context, argv []string, stdout, stderr io.Writer, opt Opti
 		fmt.Fprintf(stderr, "%s: error: argument --sim-speedup: must be a positive number\n", Prog)
 		return ExitUsage
 	}
-	log := &lockedWriter{w: stdout}
+	log := syncio.NewWriter(stdout)
 	pl := Resolve(a, prof)
 	rules, err := MatchFaults(prof.Faults, pl.Facts(a))
 	if err != nil {
@@ -163,14 +152,11 @@ func (st *startup) serverArgsRepr() string {
 		vals["api_key"] = "'" + pl.APIKey + "'"
 	}
 	keys := []string{"model_path", "tokenizer_path"}
-	rest := make([]string, 0, len(vals))
-	for k := range vals {
+	for _, k := range slices.Sorted(maps.Keys(vals)) {
 		if k != "model_path" && k != "tokenizer_path" {
-			rest = append(rest, k)
+			keys = append(keys, k)
 		}
 	}
-	sort.Strings(rest)
-	keys = append(keys, rest...)
 	if vals["tokenizer_path"] == "None" {
 		vals["tokenizer_path"] = vals["model_path"]
 	}
@@ -212,8 +198,25 @@ func (st *startup) fatalStartup(lines []string, cuda bool) int {
 	return ExitCrash
 }
 
+// run logs SGLang's startup sequence step by step, each step taking its
+// simulated time, then serves until ctx ends or a fault crashes the engine.
+// It returns the exit code: a step can end the startup with a crash (the
+// plan's error or a startup fault) or, when ctx ends, with ExitOK.
 func (st *startup) run(opt Options) int {
-	pl, p := st.pl, st.p
+	for _, step := range []func() (code int, stop bool){
+		st.logArgs, st.loadWeights, st.allocatePools, st.captureGraphs, st.finishStartup,
+	} {
+		if code, stop := step(); stop {
+			return code
+		}
+	}
+	return st.serve(opt)
+}
+
+// logArgs logs the deprecation notes, a plan SGLang rejects while parsing
+// its arguments (a crash), the plan's warnings and server_args.
+func (st *startup) logArgs() (int, bool) {
+	pl := st.pl
 	for _, d := range st.a.Deprecated {
 		st.logf("%s", d)
 	}
@@ -222,21 +225,27 @@ func (st *startup) run(opt Options) int {
 		for _, l := range pl.Err.Lines {
 			fmt.Fprintln(st.log, l)
 		}
-		return ExitCrash
+		return ExitCrash, true
 	}
 	for _, w := range pl.Warnings {
 		st.logf("%s", w)
 	}
 	st.logf("%s", st.serverArgsRepr())
+	return 0, false
+}
+
+// loadWeights logs the distributed init and the weight loading.
+func (st *startup) loadWeights() (int, bool) {
+	pl, p := st.pl, st.p
 	gpuMem := p.Hardware.GPUMemGB
 	st.slogf("Init torch distributed begin.")
 	if !st.sleep(p.Memory.StartupOtherS * 0.5) {
-		return ExitOK
+		return ExitOK, true
 	}
 	st.slogf("Init torch distributed ends. elapsed=%.2f s, mem usage=%.2f GB", p.Memory.StartupOtherS*0.5, 0.98)
 	st.slogf("Load weight begin. avail mem=%.2f GB", gpuMem-1.0)
 	if !st.sleep(p.Memory.WeightLoadS) {
-		return ExitOK
+		return ExitOK, true
 	}
 	wgb := p.Memory.WeightsGB / float64(pl.TP*pl.PP)
 	quant := ""
@@ -244,84 +253,137 @@ func (st *startup) run(opt Options) int {
 		quant = "quant=" + p.Model.Quantization + ", "
 	}
 	st.slogf("Load weight end. elapsed=%.2f s, type=%s, %savail mem=%.2f GB, mem usage=%.2f GB.", p.Memory.WeightLoadS, p.Model.Architecture, quant, gpuMem-1.0-wgb, wgb)
-	for _, r := range st.rules {
-		if r.Effect.Kind == "startup_oom" {
-			return st.fatalStartup([]string{fmt.Sprintf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of %.2f GiB of which 1.12 GiB is free. Including non-PyTorch memory, this process has %.2f GiB memory in use. Of the allocated memory %.2f GiB is allocated by PyTorch, and 1.31 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)", gpuMem, gpuMem-1.12, gpuMem-2.6)}, false)
-		}
+	return 0, false
+}
+
+// allocatePools fails on a startup_oom fault or a plan whose memory or
+// state pool does not fit, else logs the running-requests reduction, the
+// state (Mamba) pool and the KV cache.
+func (st *startup) allocatePools() (int, bool) {
+	pl, p := st.pl, st.p
+	gpuMem := p.Hardware.GPUMemGB
+	if st.hasFault("startup_oom") {
+		return st.fatalStartup([]string{fmt.Sprintf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of %.2f GiB of which 1.12 GiB is free. Including non-PyTorch memory, this process has %.2f GiB memory in use. Of the allocated memory %.2f GiB is allocated by PyTorch, and 1.31 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)", gpuMem, gpuMem-1.12, gpuMem-2.6)}, false), true
 	}
 	if pl.Err != nil && (pl.Err.Kind == "memory" || pl.Err.Kind == "state_pool") {
-		return st.fatalStartup(pl.Err.Lines, false)
+		return st.fatalStartup(pl.Err.Lines, false), true
 	}
 	if pl.ReductionWarning != "" {
 		st.slogf("%s", pl.ReductionWarning)
 	}
 	if p.Model.Hybrid {
-		slotGB := p.StatePool.SlotStateGB
-		line := fmt.Sprintf("Mamba Cache is allocated. max_mamba_cache_size: %d, conv_state size: %.2fGB, ssm_state size: %.2fGB ",
-			pl.StateSlots, float64(pl.StateSlots)*slotGB*0.06, float64(pl.StateSlots)*slotGB*0.94)
-		if pl.SpecAlgorithm != "" {
-			inter := float64(min(pl.RequestedMRR/pl.DP, pl.StateSlots/max(1, pl.Ratio))*pl.SpecDraftTokens) * slotGB
-			line += fmt.Sprintf("intermediate_ssm_state_cache size: %.2fGB intermediate_conv_window_cache size: %.2fGB ", inter*0.94, inter*0.06)
+		st.slogf("%s", st.mambaCacheLine())
+	}
+	kvGB := st.kvCacheGB()
+	st.slogf("KV Cache is allocated. dtype: %s, #tokens: %d, K size: %.2f GB, V size: %.2f GB", torchDtype(pl.KVDtype), pl.KVTokens, kvGB/2, kvGB/2)
+	st.slogf("Memory pool end. avail mem=%.2f GB", pl.AvailGPUMemGB+2)
+	return 0, false
+}
+
+// hasFault reports whether a matched fault rule has the effect kind.
+func (st *startup) hasFault(kind string) bool {
+	for _, r := range st.rules {
+		if r.Effect.Kind == kind {
+			return true
 		}
-		st.slogf("%s", line)
 	}
-	dtype := "torch.bfloat16"
-	switch pl.KVDtype {
-	case "fp8_e4m3":
-		dtype = "torch.float8_e4m3fn"
-	case "fp8_e5m2":
-		dtype = "torch.float8_e5m2"
+	return false
+}
+
+// mambaCacheLine is the state pool's allocation line of a hybrid model,
+// with the speculative intermediate caches when drafting is on.
+func (st *startup) mambaCacheLine() string {
+	pl := st.pl
+	slotGB := st.p.StatePool.SlotStateGB
+	line := fmt.Sprintf("Mamba Cache is allocated. max_mamba_cache_size: %d, conv_state size: %.2fGB, ssm_state size: %.2fGB ",
+		pl.StateSlots, float64(pl.StateSlots)*slotGB*0.06, float64(pl.StateSlots)*slotGB*0.94)
+	if pl.SpecAlgorithm != "" {
+		inter := float64(min(pl.RequestedMRR/pl.DP, pl.StateSlots/max(1, pl.Ratio))*pl.SpecDraftTokens) * slotGB
+		line += fmt.Sprintf("intermediate_ssm_state_cache size: %.2fGB intermediate_conv_window_cache size: %.2fGB ", inter*0.94, inter*0.06)
 	}
-	kvGB := float64(pl.KVTokens) / p.Memory.KVTokensPerGB / float64(pl.TP) * float64(p.Memory.ReferenceTP)
-	if f, ok := p.Memory.DtypeFactor[pl.KVDtype]; ok && f > 0 {
+	return line
+}
+
+// kvCacheGB is the KV cache's size per GPU, K and V together.
+func (st *startup) kvCacheGB() float64 {
+	pl, m := st.pl, st.p.Memory
+	kvGB := float64(pl.KVTokens) / m.KVTokensPerGB / float64(pl.TP) * float64(m.ReferenceTP)
+	if f, ok := m.DtypeFactor[pl.KVDtype]; ok && f > 0 {
 		kvGB /= f
 	}
-	st.slogf("KV Cache is allocated. dtype: %s, #tokens: %d, K size: %.2f GB, V size: %.2f GB", dtype, pl.KVTokens, kvGB/2, kvGB/2)
-	st.slogf("Memory pool end. avail mem=%.2f GB", pl.AvailGPUMemGB+2)
+	return kvGB
+}
+
+// torchDtype is the torch name SGLang logs for a --kv-cache-dtype.
+func torchDtype(kvDtype string) string {
+	switch kvDtype {
+	case "fp8_e4m3":
+		return "torch.float8_e4m3fn"
+	case "fp8_e5m2":
+		return "torch.float8_e5m2"
+	}
+	return "torch.bfloat16"
+}
+
+// captureGraphs fails a plan that runs out of memory while capturing, else
+// logs the CUDA graph captures (target, and draft with speculation) when
+// graphs are on.
+func (st *startup) captureGraphs() (int, bool) {
+	pl, p := st.pl, st.p
 	if pl.Err != nil && pl.Err.Kind == "oom" {
 		st.slogf("Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=%s, avail mem=%.2f GB", intList(pl.GraphBS), pl.AvailGPUMemGB+2)
 		st.sleep(p.Memory.GraphCaptureS * 0.3)
-		return st.fatalStartup(pl.Err.Lines, false)
+		return st.fatalStartup(pl.Err.Lines, false), true
 	}
-	if pl.CUDAGraph {
-		phase := "decode"
-		if pl.SpecAlgorithm != "" {
-			phase = "verify"
-		}
-		tpr := 1
-		if pl.SpecAlgorithm != "" {
-			tpr = pl.SpecDraftTokens
-		}
-		st.slogf("Capture target %s CUDA graph begin. backend=full, num_tokens_per_req=%d, bs=%s, avail mem=%.2f GB", phase, tpr, intList(pl.GraphBS), pl.AvailGPUMemGB+2)
-		fmt.Fprintf(st.log, "Capturing batches (bs=%d avail_mem=%.2f GB): 100%%|██████████| %d/%d\n", pl.GraphBS[len(pl.GraphBS)-1], pl.AvailGPUMemGB+0.4, len(pl.GraphBS), len(pl.GraphBS))
-		gs := p.Memory.GraphCaptureS
-		if pl.SpecAlgorithm != "" {
-			gs *= 1.8
-		}
-		if !st.sleep(gs) {
-			return ExitOK
-		}
-		st.slogf("Capture target %s CUDA graph end. elapsed=%.2f s, mem usage=%.2f GB, avail mem=%.2f GB.", phase, gs, 1.6, pl.AvailGPUMemGB)
-		if pl.SpecAlgorithm != "" {
-			st.slogf("Capture draft decode CUDA graph begin. backend=full, num_tokens_per_req=%d, bs=%s, avail mem=%.2f GB", pl.SpecTopK, intList(pl.GraphBS), pl.AvailGPUMemGB)
-			st.slogf("Capture draft decode CUDA graph end. elapsed=%.2f s, mem usage=%.2f GB, avail mem=%.2f GB.", gs*0.4, 0.5, pl.AvailGPUMemGB-0.5)
-		}
+	if !pl.CUDAGraph {
+		return 0, false
 	}
+	phase, tpr := "decode", 1
+	if pl.SpecAlgorithm != "" {
+		phase, tpr = "verify", pl.SpecDraftTokens
+	}
+	st.slogf("Capture target %s CUDA graph begin. backend=full, num_tokens_per_req=%d, bs=%s, avail mem=%.2f GB", phase, tpr, intList(pl.GraphBS), pl.AvailGPUMemGB+2)
+	fmt.Fprintf(st.log, "Capturing batches (bs=%d avail_mem=%.2f GB): 100%%|██████████| %d/%d\n", pl.GraphBS[len(pl.GraphBS)-1], pl.AvailGPUMemGB+0.4, len(pl.GraphBS), len(pl.GraphBS))
+	gs := p.Memory.GraphCaptureS
+	if pl.SpecAlgorithm != "" {
+		gs *= 1.8
+	}
+	if !st.sleep(gs) {
+		return ExitOK, true
+	}
+	st.slogf("Capture target %s CUDA graph end. elapsed=%.2f s, mem usage=%.2f GB, avail mem=%.2f GB.", phase, gs, 1.6, pl.AvailGPUMemGB)
+	if pl.SpecAlgorithm != "" {
+		st.slogf("Capture draft decode CUDA graph begin. backend=full, num_tokens_per_req=%d, bs=%s, avail mem=%.2f GB", pl.SpecTopK, intList(pl.GraphBS), pl.AvailGPUMemGB)
+		st.slogf("Capture draft decode CUDA graph end. elapsed=%.2f s, mem usage=%.2f GB, avail mem=%.2f GB.", gs*0.4, 0.5, pl.AvailGPUMemGB-0.5)
+	}
+	return 0, false
+}
+
+// finishStartup crashes on a startup_crash fault, else logs the limits
+// line sgtune parses its facts from and waits out the rest of the startup.
+func (st *startup) finishStartup() (int, bool) {
+	pl := st.pl
 	for _, r := range st.rules {
 		if r.Effect.Kind == "startup_crash" {
 			msg := r.Effect.Message
 			if msg == "" {
 				msg = illegalMemory
 			}
-			return st.fatalStartup([]string{msg}, strings.Contains(msg, "CUDA error"))
+			return st.fatalStartup([]string{msg}, strings.Contains(msg, "CUDA error")), true
 		}
 	}
 	st.slogf("max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB",
 		pl.KVTokens, pl.ChunkedPrefill, pl.MaxPrefillTokens, pl.EffectiveMRR, pl.ContextLen, pl.AvailGPUMemGB)
-	if !st.sleep(p.Memory.StartupOtherS * 0.5) {
-		return ExitOK
+	if !st.sleep(st.p.Memory.StartupOtherS * 0.5) {
+		return ExitOK, true
 	}
+	return 0, false
+}
 
+// serve binds the port, runs the engine and the HTTP server, warms up and
+// logs the ready line, then waits until ctx ends or the engine crashed.
+func (st *startup) serve(opt Options) int {
+	pl := st.pl
 	ln, err := listen(pl.Host, pl.Port)
 	if err != nil {
 		st.logf("ERROR:    [Errno 98] error while attempting to bind on address ('%s', %d): address already in use", pl.Host, pl.Port)
@@ -330,9 +392,8 @@ func (st *startup) run(opt Options) int {
 	ctx, cancel := context.WithCancel(st.ctx)
 	defer cancel()
 	var crashOnce sync.Once
-	crashed := false
-	var eng *Engine
-	eng = NewEngine(p, pl, st.rules, st.speed, st.log, func(reason string) {
+	crashed := false // written by the engine goroutine, read after wg.Wait
+	eng := NewEngine(st.p, pl, st.rules, st.speed, st.log, func(reason string) {
 		crashOnce.Do(func() {
 			st.traceback([]string{illegalMemory}, true)
 			st.logf("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
@@ -343,7 +404,7 @@ func (st *startup) run(opt Options) int {
 	eng.OverheadMS = st.a.Float("sim_overhead_ms", 1.5)
 	eng.GatherMS = st.a.Float("sim_gather_ms", 2)
 	eng.Debug = st.a.String("log_level", "info") == "debug"
-	srv := newServer(p, pl, st.a, eng, st.speed, st.log, st.rules)
+	srv := newServer(st.p, pl, st.a, eng, st.speed, st.log, st.rules)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); eng.Run(ctx) }()
@@ -352,28 +413,11 @@ func (st *startup) run(opt Options) int {
 	st.logf("INFO:     Waiting for application startup.")
 	st.logf("INFO:     Application startup complete.")
 	st.logf("INFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)", pl.Host, ln.Addr().(*net.TCPAddr).Port)
-	// Warmup: GET /model_info, then a short generate.
-	if st.sleep(2) {
-		st.logf(`INFO:     127.0.0.1:40512 - "GET /model_info HTTP/1.1" 200 OK`)
-		w := &Seq{Prompt: 7, Limit: 8, Health: true, Notify: make(chan struct{}, 1)}
-		if eng.Submit(w) == nil {
-			for !w.Done() {
-				select {
-				case <-w.Notify:
-				case <-ctx.Done():
-				}
-				if ctx.Err() != nil {
-					break
-				}
-			}
-		}
-		if ctx.Err() == nil {
-			st.logf(`INFO:     127.0.0.1:40526 - "POST /generate HTTP/1.1" 200 OK`)
-			srv.ready.Store(true)
-			st.logf("The server is fired up and ready to roll!")
-			if opt.Ready != nil {
-				opt.Ready(ln.Addr().String())
-			}
+	if st.warmup(ctx, eng) {
+		srv.ready.Store(true)
+		st.logf("The server is fired up and ready to roll!")
+		if opt.Ready != nil {
+			opt.Ready(ln.Addr().String())
 		}
 	}
 	<-ctx.Done()
@@ -382,6 +426,33 @@ func (st *startup) run(opt Options) int {
 		return ExitCrash
 	}
 	return ExitOK
+}
+
+// warmup does what SGLang does before its ready line: GET /model_info,
+// then a short generate through the engine. It reports whether the server
+// is ready (false when ctx ended first).
+func (st *startup) warmup(ctx context.Context, eng *Engine) bool {
+	if !st.sleep(2) {
+		return false
+	}
+	st.logf(`INFO:     127.0.0.1:40512 - "GET /model_info HTTP/1.1" 200 OK`)
+	w := &Seq{Prompt: 7, Limit: 8, Health: true, Notify: make(chan struct{}, 1)}
+	if eng.Submit(w) == nil {
+		for !w.Done() {
+			select {
+			case <-w.Notify:
+			case <-ctx.Done():
+			}
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	st.logf(`INFO:     127.0.0.1:40526 - "POST /generate HTTP/1.1" 200 OK`)
+	return true
 }
 
 func intList(xs []int) string {

@@ -39,6 +39,7 @@ type Plan struct {
 	KVTokens            int
 	KVDtype             string
 	RestTokens          float64 // KV tokens before pools, bf16 units
+	restGB              float64 // GB per GPU before pools (for the state-pool error)
 	AvailGPUMemGB       float64
 	Warnings            []string // log lines printed during startup
 	ReductionWarning    string   // the max_running_requests reduction line, if any
@@ -57,8 +58,26 @@ type Plan struct {
 
 var specAlgorithms = map[string]bool{"EAGLE": true, "EAGLE3": true, "NEXTN": true, "STANDALONE": true, "NGRAM": true, "DFLASH": true, "DSPARK": true}
 
-// Resolve computes the plan SGLang would reach at startup.
+// Resolve computes the plan SGLang would reach at startup. A fatal startup
+// error ends the plan early with Err set; an out-of-memory fraction sets Err
+// but the plan goes on (SGLang runs out of memory later, at graph capture),
+// unless a fatal error of a later step replaces it.
 func Resolve(a *Args, p *Profile) *Plan {
+	pl := newPlan(a, p)
+	for _, step := range []func(*Args, *Profile) *StartupError{
+		pl.parallel, pl.speculative, pl.mambaStrategy, pl.restMemory, pl.pools, pl.maxRunning,
+	} {
+		if err := step(a, p); err != nil {
+			pl.Err = err
+			return pl
+		}
+	}
+	pl.GraphBS = graphBatchSizes(pl.SpecAlgorithm != "", pl.GraphMaxBS, pl.EffectiveMRR, a)
+	return pl
+}
+
+// newPlan reads the flags and the profile's defaults.
+func newPlan(a *Args, p *Profile) *Plan {
 	pl := &Plan{
 		TP:                  max(1, a.Int("tp_size", 1)),
 		EP:                  max(1, a.Int("ep_size", 1)),
@@ -94,10 +113,15 @@ func Resolve(a *Args, p *Profile) *Plan {
 			pl.GraphMaxBS = 512
 		}
 	}
+	return pl
+}
+
+// parallel applies DP attention (chunked prefill split across DP workers)
+// and an all-to-all MoE backend (expert parallelism equal to TP).
+func (pl *Plan) parallel(a *Args, _ *Profile) *StartupError {
 	if a.Bool("enable_dp_attention") && pl.DP > 1 {
 		if pl.TP%pl.DP != 0 {
-			pl.Err = &StartupError{Kind: "invalid", Lines: []string{"AssertionError: tp_size must be divisible by dp_size when dp attention is enabled"}}
-			return pl
+			return &StartupError{Kind: "invalid", Lines: []string{"AssertionError: tp_size must be divisible by dp_size when dp attention is enabled"}}
 		}
 		if pl.ChunkedPrefill > 0 {
 			old := pl.ChunkedPrefill
@@ -109,46 +133,56 @@ func Resolve(a *Args, p *Profile) *Plan {
 		pl.EP = pl.TP
 		pl.Warnings = append(pl.Warnings, fmt.Sprintf("%s MoE is enabled. The expert parallel size is adjusted to be the same as the tensor parallel size[%d].", a2aName(b), pl.TP))
 	}
+	return nil
+}
 
-	// Speculative decoding defaults (speculative_hook.py).
-	if alg := a.String("speculative_algorithm", ""); alg != "" {
-		if alg == "NEXTN" {
-			alg = "EAGLE"
-		}
-		pl.SpecAlgorithm = alg
-		if !specAlgorithms[alg] {
-			pl.Err = &StartupError{Kind: "invalid", Lines: []string{fmt.Sprintf("ValueError: Unknown speculative algorithm: %s", alg)}}
-			return pl
-		}
-		if pl.RequestedMRR == 0 {
-			pl.RequestedMRR = p.Spec.DefaultMaxRunning
-			if pl.RequestedMRR == 0 {
-				pl.RequestedMRR = 48
-			}
-			pl.Warnings = append(pl.Warnings, fmt.Sprintf("Max running requests is reset to %d for speculative decoding. You can override this by explicitly setting --max-running-requests.", pl.RequestedMRR))
-		}
-		pl.SpecSteps = a.Int("speculative_num_steps", 0)
-		pl.SpecTopK = a.Int("speculative_eagle_topk", 0)
-		pl.SpecDraftTokens = a.Int("speculative_num_draft_tokens", 0)
-		if pl.SpecSteps == 0 {
-			pl.SpecSteps, pl.SpecTopK, pl.SpecDraftTokens = orInt(p.Spec.DefaultSteps, 3), orInt(p.Spec.DefaultTopK, 1), orInt(p.Spec.DefaultDraftTokens, 4)
-		}
-		if pl.SpecTopK == 0 {
-			pl.SpecTopK = 1
-		}
-		if pl.SpecTopK == 1 && pl.SpecDraftTokens != pl.SpecSteps+1 {
-			if a.Has("speculative_num_draft_tokens") {
-				pl.Warnings = append(pl.Warnings, "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1")
-			}
-			pl.SpecDraftTokens = pl.SpecSteps + 1
-		}
-		pl.Warnings = append(pl.Warnings, "Mixed chunked prefill is disabled because of using eagle speculative decoding.")
-		if !pl.Overlap {
-			pl.Warnings = append(pl.Warnings, "Non-overlap (synchronous) spec v2 is used. This may be slower than the overlap scheduler.")
-		}
+// speculative applies the speculative decoding defaults
+// (speculative_hook.py): algorithm, running-requests reset, steps, top-k
+// and draft tokens.
+func (pl *Plan) speculative(a *Args, p *Profile) *StartupError {
+	alg := a.String("speculative_algorithm", "")
+	if alg == "" {
+		return nil
 	}
+	if alg == "NEXTN" {
+		alg = "EAGLE"
+	}
+	pl.SpecAlgorithm = alg
+	if !specAlgorithms[alg] {
+		return &StartupError{Kind: "invalid", Lines: []string{fmt.Sprintf("ValueError: Unknown speculative algorithm: %s", alg)}}
+	}
+	if pl.RequestedMRR == 0 {
+		pl.RequestedMRR = p.Spec.DefaultMaxRunning
+		if pl.RequestedMRR == 0 {
+			pl.RequestedMRR = 48
+		}
+		pl.Warnings = append(pl.Warnings, fmt.Sprintf("Max running requests is reset to %d for speculative decoding. You can override this by explicitly setting --max-running-requests.", pl.RequestedMRR))
+	}
+	pl.SpecSteps = a.Int("speculative_num_steps", 0)
+	pl.SpecTopK = a.Int("speculative_eagle_topk", 0)
+	pl.SpecDraftTokens = a.Int("speculative_num_draft_tokens", 0)
+	if pl.SpecSteps == 0 {
+		pl.SpecSteps, pl.SpecTopK, pl.SpecDraftTokens = orInt(p.Spec.DefaultSteps, 3), orInt(p.Spec.DefaultTopK, 1), orInt(p.Spec.DefaultDraftTokens, 4)
+	}
+	if pl.SpecTopK == 0 {
+		pl.SpecTopK = 1
+	}
+	if pl.SpecTopK == 1 && pl.SpecDraftTokens != pl.SpecSteps+1 {
+		if a.Has("speculative_num_draft_tokens") {
+			pl.Warnings = append(pl.Warnings, "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1")
+		}
+		pl.SpecDraftTokens = pl.SpecSteps + 1
+	}
+	pl.Warnings = append(pl.Warnings, "Mixed chunked prefill is disabled because of using eagle speculative decoding.")
+	if !pl.Overlap {
+		pl.Warnings = append(pl.Warnings, "Non-overlap (synchronous) spec v2 is used. This may be slower than the overlap scheduler.")
+	}
+	return nil
+}
 
-	// Mamba strategy and ratio.
+// mambaStrategy resolves the Mamba radix-cache strategy and the ratio of
+// state slots to running requests.
+func (pl *Plan) mambaStrategy(a *Args, p *Profile) *StartupError {
 	pl.Strategy = a.String("mamba_radix_cache_strategy", "auto")
 	if pl.Strategy == "auto" {
 		if pl.Overlap || a.Int("page_size", 1) > 1 {
@@ -158,16 +192,19 @@ func Resolve(a *Args, p *Profile) *Plan {
 		}
 	}
 	if pl.Strategy == "extra_buffer_lazy" && pl.SpecAlgorithm != "" {
-		pl.Err = &StartupError{Kind: "invalid", Lines: []string{"AssertionError: extra_buffer_lazy unsupported with spec."}}
-		return pl
+		return &StartupError{Kind: "invalid", Lines: []string{"AssertionError: extra_buffer_lazy unsupported with spec."}}
 	}
 	if strings.HasPrefix(pl.Strategy, "extra_buffer") && pl.SpecAlgorithm != "" && a.Int("mamba_track_interval", 256) < pl.SpecDraftTokens {
-		pl.Err = &StartupError{Kind: "invalid", Lines: []string{"AssertionError: mamba_track_interval must be >= speculative_num_draft_tokens"}}
-		return pl
+		return &StartupError{Kind: "invalid", Lines: []string{"AssertionError: mamba_track_interval must be >= speculative_num_draft_tokens"}}
 	}
 	pl.Ratio = ratioFor(p, pl.Radix, pl.Strategy, pl.Overlap)
+	return nil
+}
 
-	// Memory.
+// restMemory computes the memory left for the KV cache and state pools
+// after the weights. A memory fraction at or above the profile's OOM
+// threshold records an oom error without ending the plan.
+func (pl *Plan) restMemory(_ *Args, p *Profile) *StartupError {
 	m := p.Memory
 	gpuMem := p.Hardware.GPUMemGB
 	if pl.MemFraction >= m.OOMMemFraction && m.OOMMemFraction > 0 {
@@ -176,44 +213,72 @@ func Resolve(a *Args, p *Profile) *Plan {
 				gpuMem, gpuMem*(1-pl.MemFraction)*0.3, gpuMem*pl.MemFraction+1.1, gpuMem*pl.MemFraction-0.4, 0.37)}}
 	}
 	tpScale := float64(pl.TP) / float64(m.ReferenceTP)
-	restGB := pl.MemFraction*gpuMem - m.WeightsGB/float64(pl.TP*pl.PP) - m.OverheadGB
-	pl.RestTokens = restGB * m.KVTokensPerGB * tpScale
+	pl.restGB = pl.MemFraction*gpuMem - m.WeightsGB/float64(pl.TP*pl.PP) - m.OverheadGB
+	pl.RestTokens = pl.restGB * m.KVTokensPerGB * tpScale
 	pl.AvailGPUMemGB = gpuMem * (1 - pl.MemFraction) * 0.93
 	if pl.RestTokens <= 0 {
-		pl.Err = &StartupError{Kind: "memory", Lines: []string{fmt.Sprintf("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=%v", pl.MemFraction)}}
-		return pl
+		return notEnoughMemory(pl.MemFraction)
+	}
+	return nil
+}
+
+// notEnoughMemory is SGLang's error when the KV cache gets no memory.
+func notEnoughMemory(memFraction float64) *StartupError {
+	return &StartupError{Kind: "memory", Lines: []string{fmt.Sprintf("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=%v", memFraction)}}
+}
+
+// pools splits the rest memory into the state pool (hybrid models) and
+// the KV cache.
+func (pl *Plan) pools(a *Args, p *Profile) *StartupError {
+	inter, err := pl.statePool(a, p)
+	if err != nil {
+		return err
+	}
+	return pl.kvCache(a, p, inter)
+}
+
+// statePool sizes the state (Mamba) pool of a hybrid model: the flag, the
+// running cap with radix off, else SGLang's automatic split of the rest
+// memory. It returns the KV tokens the speculative intermediate caches take.
+func (pl *Plan) statePool(a *Args, p *Profile) (inter float64, err *StartupError) {
+	if !p.Model.Hybrid {
+		return 0, nil
 	}
 	sp := p.StatePool
 	D := float64(pl.SpecDraftTokens)
-	inter := 0.0
-	if p.Model.Hybrid {
-		switch {
-		case a.Has("max_mamba_cache_size"):
-			pl.StateSlots = a.Int("max_mamba_cache_size", 0) / pl.DP
-		case !pl.Radix && pl.RequestedMRR > 0:
-			pl.StateSlots = pl.RequestedMRR / pl.DP
-		default:
-			r := a.Float("mamba_full_memory_ratio", orF(sp.FullMemoryRatio, 0.9))
-			budget := (pl.RestTokens - sp.AutoReserveTokens) * r / (1 + r)
-			per := sp.SlotKVTokens
-			if pl.SpecAlgorithm != "" {
-				per += D * p.Spec.IntermediatePerReq / float64(pl.Ratio)
-			}
-			pl.StateSlots = int(math.Floor(budget / per))
-			if pl.StateSlots <= 0 {
-				pl.Err = &StartupError{Kind: "state_pool", Lines: []string{fmt.Sprintf("RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed max_mamba_cache_size=%d (total_rest_memory=%.2f GB, mamba_cache_per_req=%.2f MB). Try: (1) reduce --max-running-requests, (2) increase --mem-fraction-static, (3) reduce --speculative-num-draft-tokens, or (4) use GPUs with more memory.", pl.StateSlots, restGB, sp.SlotStateGB*1024)}}
-				return pl
-			}
-			if pl.SpecAlgorithm != "" {
-				inter = float64(pl.StateSlots) * D / float64(pl.Ratio) * p.Spec.IntermediatePerReq
-			}
+	switch {
+	case a.Has("max_mamba_cache_size"):
+		pl.StateSlots = a.Int("max_mamba_cache_size", 0) / pl.DP
+	case !pl.Radix && pl.RequestedMRR > 0:
+		pl.StateSlots = pl.RequestedMRR / pl.DP
+	default:
+		r := a.Float("mamba_full_memory_ratio", orF(sp.FullMemoryRatio, 0.9))
+		budget := (pl.RestTokens - sp.AutoReserveTokens) * r / (1 + r)
+		per := sp.SlotKVTokens
+		if pl.SpecAlgorithm != "" {
+			per += D * p.Spec.IntermediatePerReq / float64(pl.Ratio)
 		}
-		if pl.SpecAlgorithm != "" && inter == 0 {
-			mrr := pl.RequestedMRR / pl.DP
-			inter = p.Spec.IntermediatePerReq * float64(min(mrr, pl.StateSlots/max(1, pl.Ratio))) * D
+		pl.StateSlots = int(math.Floor(budget / per))
+		if pl.StateSlots <= 0 {
+			return 0, &StartupError{Kind: "state_pool", Lines: []string{fmt.Sprintf("RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed max_mamba_cache_size=%d (total_rest_memory=%.2f GB, mamba_cache_per_req=%.2f MB). Try: (1) reduce --max-running-requests, (2) increase --mem-fraction-static, (3) reduce --speculative-num-draft-tokens, or (4) use GPUs with more memory.", pl.StateSlots, pl.restGB, sp.SlotStateGB*1024)}}
+		}
+		if pl.SpecAlgorithm != "" {
+			inter = float64(pl.StateSlots) * D / float64(pl.Ratio) * p.Spec.IntermediatePerReq
 		}
 	}
-	kv := pl.RestTokens - float64(pl.StateSlots)*sp.SlotKVTokens - inter
+	if pl.SpecAlgorithm != "" && inter == 0 {
+		mrr := pl.RequestedMRR / pl.DP
+		inter = p.Spec.IntermediatePerReq * float64(min(mrr, pl.StateSlots/max(1, pl.Ratio))) * D
+	}
+	return inter, nil
+}
+
+// kvCache sizes the KV cache from what the state pool and the speculative
+// caches (inter tokens) left, in the cache's dtype, capped by
+// --max-total-tokens.
+func (pl *Plan) kvCache(a *Args, p *Profile, inter float64) *StartupError {
+	m := p.Memory
+	kv := pl.RestTokens - float64(pl.StateSlots)*p.StatePool.SlotKVTokens - inter
 	if pl.SpecAlgorithm != "" {
 		kv -= p.Spec.FixedKVTokens
 	}
@@ -226,8 +291,7 @@ func Resolve(a *Args, p *Profile) *Plan {
 	}
 	kv *= f
 	if kv <= 0 {
-		pl.Err = &StartupError{Kind: "memory", Lines: []string{fmt.Sprintf("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=%v", pl.MemFraction)}}
-		return pl
+		return notEnoughMemory(pl.MemFraction)
 	}
 	pl.KVTokens = int(kv)
 	if mt := a.Int("max_total_tokens", 0); mt > 0 {
@@ -237,8 +301,13 @@ func Resolve(a *Args, p *Profile) *Plan {
 			pl.KVTokens = mt
 		}
 	}
+	return nil
+}
 
-	// resolve_max_num_reqs.
+// maxRunning is SGLang's resolve_max_num_reqs: the effective running cap
+// per DP worker from the request, the KV cache and the state pool, with the
+// reduction warning when it is below the request.
+func (pl *Plan) maxRunning(_ *Args, p *Profile) *StartupError {
 	estimated := max(min(int(float64(pl.KVTokens)/float64(pl.ContextLen)*512), 4096), 2048)
 	var mnr, requested int
 	if pl.RequestedMRR > 0 {
@@ -250,16 +319,14 @@ func Resolve(a *Args, p *Profile) *Plan {
 	if p.Model.Hybrid {
 		mnr = min(mnr, pl.StateSlots/max(1, pl.Ratio))
 		if mnr <= 0 {
-			pl.Err = &StartupError{Kind: "state_pool", Lines: []string{fmt.Sprintf("RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve any requests. max_mamba_cache_size=%d, mamba_ratio=%d, resulting max_num_reqs=%d. Try: (1) reduce --max-running-requests, (2) increase --mem-fraction-static, or (3) use GPUs with more memory.", pl.StateSlots, pl.Ratio, mnr)}}
-			return pl
+			return &StartupError{Kind: "state_pool", Lines: []string{fmt.Sprintf("RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve any requests. max_mamba_cache_size=%d, mamba_ratio=%d, resulting max_num_reqs=%d. Try: (1) reduce --max-running-requests, (2) increase --mem-fraction-static, or (3) use GPUs with more memory.", pl.StateSlots, pl.Ratio, mnr)}}
 		}
 	}
 	if requested > 0 && mnr < requested {
 		pl.ReductionWarning = fmt.Sprintf("max_running_requests was reduced from the requested %d to %d (per dp worker) due to the available KV cache capacity.", requested, mnr)
 	}
 	pl.EffectiveMRR = mnr
-	pl.GraphBS = graphBatchSizes(pl.SpecAlgorithm != "", pl.GraphMaxBS, mnr, a)
-	return pl
+	return nil
 }
 
 func a2aName(b string) string {

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"net"
 	"net/http"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -449,7 +451,7 @@ func logOneMinus(x float64) float64 {
 	if x >= 1 {
 		x = 0.999999999
 	}
-	return mathLog1p(-x)
+	return math.Log1p(-x)
 }
 
 // planOutput decides the answer: structured JSON, a tool call, or free text.
@@ -531,7 +533,7 @@ func (s *Server) planOutput(req *chatRequest, prompt string, seed uint64) (*outp
 			raw := fmt.Sprintf("<tool_call>%s\n", defs[idx].Name)
 			var m map[string]any
 			json.Unmarshal([]byte(args), &m)
-			for _, k := range sortedKeys(m) {
+			for _, k := range slices.Sorted(maps.Keys(m)) {
 				v, _ := json.Marshal(m[k])
 				raw += fmt.Sprintf("<arg_key>%s</arg_key>\n<arg_value>%s</arg_value>\n", k, strings.Trim(string(v), `"`))
 			}
@@ -913,12 +915,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	counter("num_aborted_requests_total", "Number of requests aborted.", float64(st.Aborted))
 	fmt.Fprintf(&b, "# HELP sglang:cached_tokens_total Number of cached prompt tokens.\n# TYPE sglang:cached_tokens_total counter\nsglang:cached_tokens_total{cache_source=\"device\",%s} %d\n", clbl, st.CachedTok)
 	s.mu.Lock()
-	names := make([]string, 0, len(s.hist))
-	for k := range s.hist {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(s.hist)) {
 		h := s.hist[name]
 		fmt.Fprintf(&b, "# HELP sglang:%s Histogram of %s.\n# TYPE sglang:%s histogram\n", name, name, name)
 		for i, bd := range h.bounds {

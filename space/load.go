@@ -15,6 +15,7 @@ import (
 
 	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/objective"
+	"github.com/sgtune/sgtune/shell"
 )
 
 // Defaults applied by Load.
@@ -134,7 +135,7 @@ func (d *dec) command(m *mapNode, key string, n *yaml.Node) []string {
 	switch {
 	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str":
 		var err error
-		words, err = splitShell(n.Value)
+		words, err = shell.Split(n.Value)
 		if err != nil || len(words) == 0 {
 			m.failKey(key, "cannot split %q: %v; valid: a shell-style command line", n.Value, err)
 		}
@@ -358,7 +359,7 @@ func (d *dec) fixed(st *Study, top *mapNode) {
 	var words []string
 	switch n.Kind {
 	case yaml.ScalarNode:
-		w, err := splitShell(n.Value)
+		w, err := shell.Split(n.Value)
 		if err != nil {
 			d.fail(n, "fixed", "%v; valid: shell-style flags", err)
 		}
@@ -369,7 +370,7 @@ func (d *dec) fixed(st *Study, top *mapNode) {
 			if !ok {
 				continue
 			}
-			w, err := splitShell(s)
+			w, err := shell.Split(s)
 			if err != nil {
 				d.fail(c, fmt.Sprintf("fixed[%d]", i), "%v; valid: shell-style flags", err)
 			}
@@ -440,7 +441,7 @@ func (d *dec) params(st *Study, top *mapNode) {
 		switch {
 		case !m.has("name"):
 			m.failKey("name", "missing; valid: a lower-case identifier such as ep or mem_fraction")
-		case !identRE.MatchString(p.Name) || contains(reservedNames, p.Name):
+		case !identRE.MatchString(p.Name) || slices.Contains(reservedNames, p.Name):
 			m.failKey("name", "%q; valid: a lower-case identifier (letters, digits, _) that is not one of %s", p.Name, strings.Join(reservedNames, ", "))
 		case names[p.Name]:
 			m.failKey("name", "%q used twice; valid: unique names", p.Name)
@@ -681,11 +682,11 @@ func (d *dec) sampleValues(p *Param) []string {
 // emit gives the engine words for one value of the param.
 func (p *Param) emit(v string) ([]string, error) {
 	if text, ok := p.Values[v]; ok {
-		return splitShell(strings.ReplaceAll(text, "{value}", v))
+		return shell.Split(strings.ReplaceAll(text, "{value}", v))
 	}
 	switch {
 	case p.Template != "":
-		return splitShell(strings.ReplaceAll(p.Template, "{value}", v))
+		return shell.Split(strings.ReplaceAll(p.Template, "{value}", v))
 	case len(p.Flags) > 0:
 		var out []string
 		for _, f := range p.Flags {

@@ -1,8 +1,7 @@
 package space
 
 import (
-	"github.com/sgtune/sgtune/engine"
-
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -10,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/c-bata/goptuna"
+
+	"github.com/sgtune/sgtune/engine"
 )
 
 // ruleStudy is a hybrid-model study with the given fixed flags.
@@ -185,19 +186,19 @@ func TestResolveErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, v := range map[string]any{"ep": "2", "mem_fraction": 0.955, "radix_cache": "yes", "chunked_prefill": 1.5} {
-		p := clone(good)
+		p := maps.Clone(good)
 		p[k] = v
 		if _, err := st.Resolve(p, nil); err == nil {
 			t.Errorf("%s=%v resolved", k, v)
 		}
 	}
-	p := clone(good)
+	p := maps.Clone(good)
 	delete(p, "overlap")
 	if _, err := st.Resolve(p, nil); err == nil {
 		t.Error("missing active param resolved")
 	}
 	// An inactive param is dropped.
-	p = clone(good)
+	p = maps.Clone(good)
 	p["spec_steps"] = 3
 	cfg, err := st.Resolve(p, nil)
 	if err != nil || cfg.Params["spec_steps"] != nil || slices.Contains(cfg.Flags, "--speculative-num-steps") {

@@ -1,47 +1,23 @@
 package space
 
 import (
-	"encoding/json"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sgtune/sgtune/seed"
 )
 
-// seedRun is one run of seed 000 (space/testdata/seed000_runs.json is the
-// subset of /work/shared/seeds/000_a1b3c8372588667f.txt these tests need).
-type seedRun struct {
-	Name   string `json:"name"`
-	State  string `json:"state"`
-	Config struct {
-		TP         int     `json:"tp"`
-		EP         int     `json:"ep"`
-		MaxModel   int     `json:"max_model_len"`
-		Chunked    int     `json:"max_num_batched_tokens"`
-		MemFrac    float64 `json:"memory_fraction"`
-		Prefix     bool    `json:"prefix_caching"`
-		NoGraph    bool    `json:"disable_cuda_graph"`
-		NoOverlap  bool    `json:"disable_overlap_schedule"`
-		Requested  int     `json:"requested_max_running_requests"`
-		Effective  int     `json:"effective_max_running_requests"`
-		Slots      int     `json:"effective_state_pool_slots"`
-		KVTokens   int     `json:"engine_kv_tokens"`
-		SpecMethod *string `json:"spec_method"`
-		SpecSteps  *int    `json:"spec_num_steps"`
-		SpecTokens *int    `json:"spec_num_tokens"`
-	} `json:"config"`
-}
+// seedRecord is seed 000's published record
+// (/work/shared/seeds/000_a1b3c8372588667f.txt, runs[] as JSON).
+const seedRecord = "../testdata/profiles/calibration/seed000.json"
 
-func seedRuns(t *testing.T) []seedRun {
+func seedRuns(t *testing.T) []seed.Run {
 	t.Helper()
-	data, err := os.ReadFile("testdata/seed000_runs.json")
+	doc, err := seed.Load(seedRecord)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct{ Runs []seedRun }
-	if err := json.Unmarshal(data, &doc); err != nil {
 		t.Fatal(err)
 	}
 	if len(doc.Runs) != 10 {
@@ -56,20 +32,20 @@ func seedRuns(t *testing.T) []seedRun {
 func explicitSlots(slots int) bool { return slots == 128 || slots == 256 || slots == 384 }
 
 // seedParams maps a seed run onto the glm study's params.
-func seedParams(r seedRun) Params {
+func seedParams(r seed.Run) Params {
 	c := r.Config
 	p := Params{
 		"ep":              strconv.Itoa(c.EP),
-		"radix_cache":     c.Prefix,
+		"radix_cache":     c.PrefixCaching,
 		"state_slots":     "auto",
-		"mem_fraction":    c.MemFrac,
-		"chunked_prefill": strconv.Itoa(c.Chunked),
-		"cuda_graphs":     !c.NoGraph,
-		"overlap":         !c.NoOverlap,
+		"mem_fraction":    c.MemoryFraction,
+		"chunked_prefill": strconv.Itoa(c.MaxBatchedTokens),
+		"cuda_graphs":     !c.DisableCUDAGraph,
+		"overlap":         !c.DisableOverlapSchedule,
 		"speculative":     "none",
 	}
-	if explicitSlots(c.Slots) {
-		p["state_slots"] = strconv.Itoa(c.Slots)
+	if explicitSlots(c.StatePoolSlots) {
+		p["state_slots"] = strconv.Itoa(c.StatePoolSlots)
 	}
 	if c.SpecMethod != nil {
 		p["speculative"] = *c.SpecMethod
@@ -79,27 +55,27 @@ func seedParams(r seedRun) Params {
 }
 
 // seedFlags is the engine command line the seed run describes.
-func seedFlags(r seedRun) map[string]string {
+func seedFlags(r seed.Run) map[string]string {
 	c := r.Config
 	f := map[string]string{
 		"--model-path":           "zai-org/GLM-5.3-Flash",
 		"--tp-size":              strconv.Itoa(c.TP),
 		"--ep-size":              strconv.Itoa(c.EP),
-		"--max-running-requests": strconv.Itoa(c.Requested),
-		"--context-length":       strconv.Itoa(c.MaxModel),
-		"--mem-fraction-static":  strconv.FormatFloat(c.MemFrac, 'f', -1, 64),
-		"--chunked-prefill-size": strconv.Itoa(c.Chunked),
+		"--max-running-requests": strconv.Itoa(c.RequestedMaxRunning),
+		"--context-length":       strconv.Itoa(c.MaxModelLen),
+		"--mem-fraction-static":  strconv.FormatFloat(c.MemoryFraction, 'f', -1, 64),
+		"--chunked-prefill-size": strconv.Itoa(c.MaxBatchedTokens),
 	}
-	if !c.Prefix {
+	if !c.PrefixCaching {
 		f["--disable-radix-cache"] = ""
 	}
-	if explicitSlots(c.Slots) {
-		f["--max-mamba-cache-size"] = strconv.Itoa(c.Slots)
+	if explicitSlots(c.StatePoolSlots) {
+		f["--max-mamba-cache-size"] = strconv.Itoa(c.StatePoolSlots)
 	}
-	if c.NoGraph {
+	if c.DisableCUDAGraph {
 		f["--disable-cuda-graph"] = ""
 	}
-	if c.NoOverlap {
+	if c.DisableOverlapSchedule {
 		f["--disable-overlap-schedule"] = ""
 	}
 	if c.SpecMethod != nil {
@@ -157,11 +133,11 @@ func TestSeedRunsResolveAndCheck(t *testing.T) {
 				}
 			}
 			pr := cfg.Predicted
-			if pr.StateSlots != r.Config.Slots {
-				t.Errorf("predicted state slots %d, seed %d", pr.StateSlots, r.Config.Slots)
+			if pr.StateSlots != r.Config.StatePoolSlots {
+				t.Errorf("predicted state slots %d, seed %d", pr.StateSlots, r.Config.StatePoolSlots)
 			}
-			if pr.MaxRunningRequests != r.Config.Effective {
-				t.Errorf("predicted max running requests %d, seed effective %d", pr.MaxRunningRequests, r.Config.Effective)
+			if pr.MaxRunningRequests != r.Config.EffectiveMaxRunning {
+				t.Errorf("predicted max running requests %d, seed effective %d", pr.MaxRunningRequests, r.Config.EffectiveMaxRunning)
 			}
 			if rel := math.Abs(float64(pr.KVTokens-r.Config.KVTokens)) / float64(r.Config.KVTokens); rel > 0.01 {
 				t.Errorf("predicted KV tokens %d, seed %d (%.2f%% off)", pr.KVTokens, r.Config.KVTokens, 100*rel)

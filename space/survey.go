@@ -1,6 +1,7 @@
 package space
 
 import (
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -63,7 +64,7 @@ func (s *Study) Enumerate(fn func(Params) bool) {
 	var rec func(i int, p Params) bool
 	rec = func(i int, p Params) bool {
 		if i == len(s.Params) {
-			return fn(clone(p))
+			return fn(maps.Clone(p))
 		}
 		par := &s.Params[i]
 		on, err := s.active(par, p)
@@ -81,14 +82,6 @@ func (s *Study) Enumerate(fn func(Params) bool) {
 		return true
 	}
 	rec(0, Params{})
-}
-
-func clone(p Params) Params {
-	out := make(Params, len(p))
-	for k, v := range p {
-		out[k] = v
-	}
-	return out
 }
 
 // RandomSuggester draws uniformly and deterministically from a seed; it is

@@ -1,17 +1,17 @@
 package space
 
 import (
-	"github.com/sgtune/sgtune/engine"
-
 	"fmt"
 	"math"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sgtune/sgtune/engine"
 )
 
 // FieldError is one problem in a study file, at a line and column.
@@ -143,9 +143,8 @@ func (d *dec) mapping(n *yaml.Node, path string, allowed ...string) *mapNode {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		key := k.Value
-		if !contains(allowed, key) {
-			sorted := append([]string(nil), allowed...)
-			sort.Strings(sorted)
+		if !slices.Contains(allowed, key) {
+			sorted := slices.Sorted(slices.Values(allowed))
 			d.fail(k, join(path, key), "unknown field (did you mean %s?); valid: %s", engine.Nearest(key, allowed), strings.Join(sorted, ", "))
 			continue
 		}
@@ -156,15 +155,6 @@ func (d *dec) mapping(n *yaml.Node, path string, allowed ...string) *mapNode {
 		m.vals[key] = v
 	}
 	return m
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func (m *mapNode) has(key string) bool { _, ok := m.vals[key]; return ok }
@@ -338,57 +328,4 @@ func (d *dec) scalarString(n *yaml.Node, path string) (string, bool) {
 		return strconv.FormatBool(b), true
 	}
 	return n.Value, true
-}
-
-// splitShell splits s into words like a POSIX shell without expansions:
-// whitespace separates, single quotes are literal, double quotes and
-// backslashes escape.
-func splitShell(s string) ([]string, error) {
-	var words []string
-	var cur strings.Builder
-	inWord := false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == ' ' || c == '\t' || c == '\n':
-			if inWord {
-				words = append(words, cur.String())
-				cur.Reset()
-				inWord = false
-			}
-		case c == '\'':
-			j := strings.IndexByte(s[i+1:], '\'')
-			if j < 0 {
-				return nil, fmt.Errorf("unterminated single quote")
-			}
-			cur.WriteString(s[i+1 : i+1+j])
-			i += j + 1
-			inWord = true
-		case c == '"':
-			i++
-			for ; i < len(s) && s[i] != '"'; i++ {
-				if s[i] == '\\' && i+1 < len(s) && strings.IndexByte(`"\$`+"`", s[i+1]) >= 0 {
-					i++
-				}
-				cur.WriteByte(s[i])
-			}
-			if i >= len(s) {
-				return nil, fmt.Errorf("unterminated double quote")
-			}
-			inWord = true
-		case c == '\\':
-			if i+1 < len(s) {
-				i++
-				cur.WriteByte(s[i])
-			}
-			inWord = true
-		default:
-			cur.WriteByte(c)
-			inWord = true
-		}
-	}
-	if inWord {
-		words = append(words, cur.String())
-	}
-	return words, nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sgtune/sgtune/objective"
+	"github.com/sgtune/sgtune/seed"
 	"github.com/sgtune/sgtune/sim"
 )
 
@@ -27,91 +27,25 @@ const (
 // passingRuns are seed 000's five passing runs.
 var passingRuns = []string{"prefix-cache-on", "quad-ep4", "quad-ep4-cache-state128", "quad-ep4-cache-state384", "quad-ep4-mtp5-state384"}
 
-// seedPoint is one point of seed 000.
-type seedPoint struct {
-	File        string  `json:"file"`
-	Concurrency int     `json:"concurrency"`
-	OutputTokS  float64 `json:"output_tok_s"`
-	Completed   int     `json:"completed"`
-	Failed      int     `json:"failed"`
-	TTFT        struct {
-		P50 float64 `json:"p50"`
-		P99 float64 `json:"p99"`
-	} `json:"ttft_s"`
-}
-
-// seedRun is one run (configuration) of seed 000.
-type seedRun struct {
-	Name              string          `json:"name"`
-	State             string          `json:"state"`
-	RawCompleted      int             `json:"raw_completed"`
-	RawFailed         int             `json:"raw_failed"`
-	CUDAIllegalMemory bool            `json:"cuda_illegal_memory"`
-	Quality           json.RawMessage `json:"quality"`
-	Config            struct {
-		TP          int     `json:"tp"`
-		EP          int     `json:"ep"`
-		MaxModelLen int     `json:"max_model_len"`
-		Batched     int     `json:"max_num_batched_tokens"`
-		MemFraction float64 `json:"memory_fraction"`
-		Prefix      bool    `json:"prefix_caching"`
-		NoGraph     bool    `json:"disable_cuda_graph"`
-		NoOverlap   bool    `json:"disable_overlap_schedule"`
-		MRR         int     `json:"requested_max_running_requests"`
-		EffMRR      int     `json:"effective_max_running_requests"`
-		Slots       int     `json:"effective_state_pool_slots"`
-		KVTokens    int     `json:"engine_kv_tokens"`
-		SpecMethod  *string `json:"spec_method"`
-		SpecSteps   *int    `json:"spec_num_steps"`
-		SpecTokens  *int    `json:"spec_num_tokens"`
-	} `json:"config"`
-	Points []seedPoint `json:"points"`
-}
-
-type seed000 struct {
-	Runs []seedRun `json:"runs"`
-}
-
-func loadSeed000(path string) (*seed000, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var s seed000
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return &s, nil
-}
-
-func (s *seed000) run(name string) *seedRun {
-	for i := range s.Runs {
-		if s.Runs[i].Name == name {
-			return &s.Runs[i]
-		}
-	}
-	return nil
-}
-
-// Argv is the SGLang command line of a seed configuration.
-func (r *seedRun) Argv() []string {
+// seedArgv is the SGLang command line of a seed run's configuration.
+func seedArgv(r *seed.Run) []string {
 	c := r.Config
 	a := []string{"--model-path", "zai-org/GLM-5.3-Flash", "--tp-size", fmt.Sprint(c.TP), "--ep-size", fmt.Sprint(c.EP),
-		"--mem-fraction-static", fmt.Sprint(c.MemFraction), "--chunked-prefill-size", fmt.Sprint(c.Batched),
-		"--context-length", fmt.Sprint(c.MaxModelLen), "--max-running-requests", fmt.Sprint(c.MRR),
+		"--mem-fraction-static", fmt.Sprint(c.MemoryFraction), "--chunked-prefill-size", fmt.Sprint(c.MaxBatchedTokens),
+		"--context-length", fmt.Sprint(c.MaxModelLen), "--max-running-requests", fmt.Sprint(c.RequestedMaxRunning),
 		// The seed counts reasoning tokens and checks tool calls: parsers on.
 		"--reasoning-parser", "glm45", "--tool-call-parser", "glm47"}
-	if !c.Prefix {
+	if !c.PrefixCaching {
 		a = append(a, "--disable-radix-cache")
 	}
 	// A pool equal to the running cap with radix off is SGLang's default.
-	if c.Prefix || c.Slots != c.MRR {
-		a = append(a, "--max-mamba-cache-size", fmt.Sprint(c.Slots))
+	if c.PrefixCaching || c.StatePoolSlots != c.RequestedMaxRunning {
+		a = append(a, "--max-mamba-cache-size", fmt.Sprint(c.StatePoolSlots))
 	}
-	if c.NoGraph {
+	if c.DisableCUDAGraph {
 		a = append(a, "--disable-cuda-graph")
 	}
-	if c.NoOverlap {
+	if c.DisableOverlapSchedule {
 		a = append(a, "--disable-overlap-schedule")
 	}
 	if c.SpecMethod != nil {
@@ -119,17 +53,6 @@ func (r *seedRun) Argv() []string {
 			"--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", fmt.Sprint(*c.SpecTokens))
 	}
 	return a
-}
-
-// repeat returns the seed point of repeat rep (1-based) at conc.
-func (r *seedRun) repeat(rep, conc int) *seedPoint {
-	prefix := fmt.Sprintf("r%d-c%d_", rep, conc)
-	for i := range r.Points {
-		if strings.HasPrefix(r.Points[i].File, prefix) {
-			return &r.Points[i]
-		}
-	}
-	return nil
 }
 
 // Row compares one concurrency level.
@@ -152,11 +75,11 @@ func (r Row) OK() bool {
 	return math.Abs(r.TokDev()) <= TolTokS && math.Abs(r.TTFTDev()) <= TolTTFT
 }
 
-func rel(sim, seed float64) float64 {
-	if seed == 0 {
+func rel(simulated, published float64) float64 {
+	if published == 0 {
 		return math.Inf(1)
 	}
-	return sim/seed - 1
+	return simulated/published - 1
 }
 
 // nearer returns the candidate nearer to v.
@@ -260,8 +183,8 @@ func (c *Calibrator) scaled(p objective.Point) (tokS, ttft50, ttft99 float64) {
 }
 
 // Chat runs the seed-000 sweep on run r's configuration.
-func (c *Calibrator) Chat(ctx context.Context, r *seedRun, warm bool) ([]Row, error) {
-	srv, _, err := c.startSim(ctx, r.Argv())
+func (c *Calibrator) Chat(ctx context.Context, r *seed.Run, warm bool) ([]Row, error) {
+	srv, _, err := c.startSim(ctx, seedArgv(r))
 	if err != nil {
 		return nil, err
 	}
@@ -285,12 +208,12 @@ func (c *Calibrator) Chat(ctx context.Context, r *seedRun, warm bool) ([]Row, er
 	for _, p := range res.Points {
 		tok, t50, t99 := c.scaled(p)
 		row := Row{Conc: p.Concurrency, SimTokS: tok, SimTTFT50: t50, SimTTFT99: t99}
-		r2, r3 := r.repeat(2, p.Concurrency), r.repeat(3, p.Concurrency)
+		r2, r3 := r.Repeat(2, p.Concurrency), r.Repeat(3, p.Concurrency)
 		if r2 != nil && r3 != nil {
 			row.SeedTokS = nearer(tok, r2.OutputTokS, r3.OutputTokS)
 			row.SeedTTFT50 = nearer(t50, r2.TTFT.P50, r3.TTFT.P50)
 		}
-		if r1 := r.repeat(1, p.Concurrency); r1 != nil {
+		if r1 := r.Repeat(1, p.Concurrency); r1 != nil {
 			row.R1TTFT50, row.R1TTFT99 = r1.TTFT.P50, r1.TTFT.P99
 			if r2 == nil {
 				row.SeedTokS, row.SeedTTFT50 = r1.OutputTokS, r1.TTFT.P50
@@ -304,12 +227,12 @@ func (c *Calibrator) Chat(ctx context.Context, r *seedRun, warm bool) ([]Row, er
 // Faults runs the seed's failing configurations with the quality gate and
 // the sweep, and reports how each failed. It returns the number of
 // behaviours that differ from the seed.
-func (c *Calibrator) Faults(ctx context.Context, s *seed000) int {
+func (c *Calibrator) Faults(ctx context.Context, s *seed.File) int {
 	bad := 0
 	fmt.Fprintf(c.Out, "\nfailing configurations (seed behaviour vs simulated)\n")
 	for _, name := range []string{"reproduce", "no-overlap", "state-pool-128", "no-cuda-graphs"} {
-		r := s.run(name)
-		srv, code, err := c.startSim(ctx, r.Argv())
+		r := s.Run(name)
+		srv, code, err := c.startSim(ctx, seedArgv(r))
 		if err != nil {
 			fmt.Fprintf(c.Out, "  %-16s startup failed (exit %d): %v\n", name, code, err)
 			bad++

@@ -6,11 +6,13 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/sgtune/sgtune/seed"
 )
 
-func seed(t *testing.T) *seed000 {
+func seedRecord(t *testing.T) *seed.File {
 	t.Helper()
-	s, err := loadSeed000("../../testdata/profiles/calibration/seed000.json")
+	s, err := seed.Load("../../testdata/profiles/calibration/seed000.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,8 +24,8 @@ func seed(t *testing.T) *seed000 {
 // high speed-up, measured by objective.Run, against the seed's warm
 // repeats. One retry absorbs a burst of CPU contention on a shared host.
 func TestShortCalibration(t *testing.T) {
-	s := seed(t)
-	r := s.run("quad-ep4")
+	s := seedRecord(t)
+	r := s.Run("quad-ep4")
 	var rows []Row
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
@@ -47,9 +49,9 @@ func TestShortCalibration(t *testing.T) {
 // TestColdStart: without a warm-up the first requests are cold, as the
 // seed's r1 repeats (TTFT 11-14 s).
 func TestColdStart(t *testing.T) {
-	s := seed(t)
+	s := seedRecord(t)
 	cal := &Calibrator{Speed: 50, Out: io.Discard, Levels: []int{1}, Requests: map[int]int{1: 3}}
-	rows, err := cal.Chat(t.Context(), s.run("quad-ep4"), false)
+	rows, err := cal.Chat(t.Context(), s.Run("quad-ep4"), false)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("rows %v, err %v", rows, err)
 	}
@@ -59,14 +61,14 @@ func TestColdStart(t *testing.T) {
 }
 
 func TestSeedArgv(t *testing.T) {
-	s := seed(t)
-	got := strings.Join(s.run("quad-ep4-mtp5").Argv(), " ")
+	s := seedRecord(t)
+	got := strings.Join(seedArgv(s.Run("quad-ep4-mtp5")), " ")
 	for _, want := range []string{"--tp-size 4", "--ep-size 4", "--mem-fraction-static 0.78", "--max-mamba-cache-size 256", "--speculative-algorithm EAGLE", "--speculative-num-steps 5", "--speculative-num-draft-tokens 6"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("argv %q lacks %q", got, want)
 		}
 	}
-	if strings.Contains(strings.Join(s.run("reproduce").Argv(), " "), "--max-mamba-cache-size") {
+	if strings.Contains(strings.Join(seedArgv(s.Run("reproduce")), " "), "--max-mamba-cache-size") {
 		t.Error("reproduce must use the default pool (running cap with radix off)")
 	}
 }

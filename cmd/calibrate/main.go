@@ -16,6 +16,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/sgtune/sgtune/seed"
 )
 
 func main() {
@@ -45,7 +47,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(argv); err != nil {
 		return 2
 	}
-	s, err := loadSeed000(*seed000)
+	s, err := seed.Load(*seed000)
 	if err != nil {
 		fmt.Fprintln(stderr, "calibrate:", err)
 		return 2
@@ -87,7 +89,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	}
 	bad := 0
 	for _, name := range names {
-		r := s.run(name)
+		r := s.Run(name)
 		if r == nil {
 			fmt.Fprintf(stderr, "calibrate: no seed run %q\n", name)
 			return 2
@@ -101,7 +103,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		bad += printRows(stdout, name, rows)
 	}
 	if *cold {
-		r := s.run("quad-ep4")
+		r := s.Run("quad-ep4")
 		cal.Levels = []int{1, 16}
 		rows, err := cal.Chat(ctx, r, false)
 		if err != nil {

@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sgtune/sgtune/errext"
 	"github.com/sgtune/sgtune/objective"
 )
 
@@ -69,8 +71,8 @@ fixed-duration decode per cell; cells that cannot fit the server's KV cache
 are skipped as "Over capacity").
 
 Progress goes to stderr; the table, or with --json the document, to stdout.
-Exit code 1 when the run failed (requests failed, no token progress, a
-quality gate failed), 2 for bad flags.`,
+Exit code 1 when the run failed (the server cannot be reached, requests
+failed, no token progress, a quality gate failed), 2 for bad flags.`,
 		Example: `  sgtune bench --url http://127.0.0.1:30000 --concurrency 1,16 --requests 8,32 --repeats 1
   sgtune bench --url http://127.0.0.1:30000 --quality --json > bench.json
   sgtune bench --url http://127.0.0.1:30000 --workload matrix --contexts 8192,32768 --concurrency 1,4,16 --duration 30s`,
@@ -87,6 +89,11 @@ quality gate failed), 2 for bad flags.`,
 			}
 			progress := func(line string) { fmt.Fprintf(a.stderr, "[%s] %s\n", time.Now().Format("15:04:05"), line) }
 			res, runErr := objective.Run(cmd.Context(), t, w, objective.Options{Progress: progress})
+			var unreachable *objective.UnreachableError
+			if errors.As(runErr, &unreachable) {
+				// Nothing was measured: the connection error alone.
+				return errext.WithExitCode(unreachable, errext.Failure)
+			}
 			if f.asJSON {
 				doc := benchDoc{URL: t.URL, Model: res.Model, Workload: w, ReusePrompts: res.ReusePrompts, Points: res.Points,
 					Medians: res.Medians, Quality: res.Quality, Audit: res.Audit, Server: res.Server, Warmup: res.Warmup}
@@ -224,12 +231,7 @@ func printBench(out io.Writer, w objective.Workload, res *objective.Result) {
 			fmt.Fprintln(out, "\nmedians over repeats:")
 			tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(tw, "conc\trepeats\ttok/s\tTTFT p50\tTTFT p99\tlatency p99\tITL p99\t")
-			cs := make([]int, 0, len(res.Medians))
-			for c := range res.Medians {
-				cs = append(cs, c)
-			}
-			sort.Ints(cs)
-			for _, c := range cs {
+			for _, c := range slices.Sorted(maps.Keys(res.Medians)) {
 				m := res.Medians[c]
 				fmt.Fprintf(tw, "%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t\n", c, m.Repeats, m.OutputTokS, secs(m.TTFTP50), secs(m.TTFTP99), secs(m.LatencyP99), secs(m.ITLP99))
 			}

@@ -224,6 +224,33 @@ func startSim(t *testing.T, args ...string) string {
 // TestBenchAgainstSimulator runs `sgtune bench --json --quality` against
 // the real simulator binary: every point's audit holds, completed equals
 // requested, and a healthy server passes 24/24 and 8/8.
+// TestBenchUnreachable: a URL nothing listens on gives the connection
+// error alone on stderr, nothing on stdout, exit code 1.
+func TestBenchUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + l.Addr().String()
+	l.Close()
+	for _, extra := range [][]string{nil, {"--json"}, {"--model", "m", "--quality"}} {
+		t.Run(strings.Join(append([]string{"plain"}, extra...), " "), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			a := &app{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+			code := a.execute(context.Background(), append([]string{"bench", "--url", url}, extra...))
+			if code != exitFailure {
+				t.Errorf("exit %d, want %d", code, exitFailure)
+			}
+			if want := "sgtune: cannot reach " + url + ": connect: connection refused\n"; errb.String() != want {
+				t.Errorf("stderr %q, want %q", errb.String(), want)
+			}
+			if out.Len() != 0 {
+				t.Errorf("stdout %q, want nothing", out.String())
+			}
+		})
+	}
+}
+
 func TestBenchAgainstSimulator(t *testing.T) {
 	if os.Getenv("SGTUNE_SKIP_SIM") != "" {
 		t.Skip("SGTUNE_SKIP_SIM set")

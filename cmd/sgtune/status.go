@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -98,11 +100,7 @@ func (a *app) bestCmd() *cobra.Command {
 			fmt.Fprintf(a.stdout, "params: %s\n", space.Params(b.Params).String())
 			fmt.Fprintf(a.stdout, "command: %s %s\n", strings.Join(b.Engine, " "), strings.Join(b.Flags(), " "))
 			med := b.Medians()
-			levels := make([]int, 0, len(med))
-			for c := range med {
-				levels = append(levels, c)
-			}
-			sort.Ints(levels)
+			levels := slices.Sorted(maps.Keys(med))
 			if len(levels) > 0 {
 				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "CONCURRENCY\tREPEATS\tOUTPUT TOK/S\tTTFT P50 S\tTTFT P99 S\tLATENCY P99 S")
@@ -152,7 +150,7 @@ at the scored level, engine version, model revision (when stored) and date.`,
   SGTUNE_API_KEY=secret ./best-launch.sh --port 30000`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !contains(report.Formats, format) {
+			if !slices.Contains(report.Formats, format) {
 				return badInput(fmt.Errorf("--format %q: valid formats are %s", format, strings.Join(report.Formats, ", ")))
 			}
 			d, err := sf.open()
@@ -276,13 +274,4 @@ func writeJSON(w interface{ Write([]byte) (int, error) }, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
