@@ -232,4 +232,3 @@ func writeFlags(w io.Writer, flags []string) {
 		}
 	}
 }
-
