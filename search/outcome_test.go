@@ -105,3 +105,19 @@ func TestSamplerNames(t *testing.T) {
 		t.Errorf("space.Samplers %s, search/sampler %s", got, want)
 	}
 }
+
+// TestParamsAsWritten: a 0.01-step float is shown as written.
+func TestParamsAsWritten(t *testing.T) {
+	low, step := 0.7, 0.01 // variables: constant arithmetic would be exact
+	sampled := low + 10*step
+	if fmt.Sprint(sampled) == "0.8" {
+		t.Fatal("the sampled value is exact here; the test shows nothing")
+	}
+	got := asWritten(map[string]interface{}{"mem_fraction": sampled, "ep": "4", "slots": 256})
+	if fmt.Sprint(got) != "map[ep:4 mem_fraction:0.8 slots:256]" {
+		t.Errorf("%v", got)
+	}
+	if s := space.Params(got).String(); s != "ep=4 mem_fraction=0.8 slots=256" {
+		t.Errorf("%s", s)
+	}
+}

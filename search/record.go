@@ -104,7 +104,7 @@ func decode(t goptuna.FrozenTrial) Record {
 	r := Record{
 		ID:           t.ID,
 		Number:       t.Number,
-		Params:       t.Params,
+		Params:       asWritten(t.Params),
 		ScoreReason:  ua[storage.AttrScoreReason],
 		FailureClass: ua[storage.AttrClass],
 		Reason:       ua[storage.AttrReason],
@@ -177,6 +177,22 @@ func decode(t goptuna.FrozenTrial) Record {
 		r.End = &end
 	}
 	return r
+}
+
+// asWritten returns params with floats as a study file writes them: a
+// sampled 0.70 + 12 x 0.01 is stored as 0.8200000000000001 and shown as
+// 0.82 (12 significant digits are far below any step a study uses).
+func asWritten(params map[string]interface{}) map[string]interface{} {
+	out := make(map[string]interface{}, len(params))
+	for k, v := range params {
+		if f, ok := v.(float64); ok {
+			if r, err := strconv.ParseFloat(strconv.FormatFloat(f, 'g', 12, 64), 64); err == nil {
+				v = r
+			}
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // StudyStore is the storage the reports read.
