@@ -133,6 +133,9 @@ func runChat(ctx context.Context, c *client, model string, w Workload, opt Optio
 			res.Points = append(res.Points, p)
 			res.Requests = append(res.Requests, recs...)
 			opt.progress("%s", progressLine(p, spec.Repeats))
+			if opt.Point != nil {
+				opt.Point(p)
+			}
 			if err != nil {
 				return fmt.Errorf("concurrency %d repeat %d: %w", conc, r, err)
 			}

@@ -144,11 +144,15 @@ func runMatrix(ctx context.Context, c *client, model string, w Workload, opt Opt
 					continue
 				}
 			}
+			opt.phase("decode ctx=%d C%d", ctxLen, conc)
 			p, recs, err := c.decodeCell(ctx, model, base, ctxLen, conc, m, hang, maxRun)
 			res.Points = append(res.Points, p)
 			res.Requests = append(res.Requests, recs...)
 			opt.progress("decode ctx=%d c=%d: %s, %.1f tok/s, %.1f tok/s per request, TTFT p50 %.3f s, ITL p50 %.1f ms, %d done, %d tokens in %.1f s",
 				ctxLen, conc, p.Status, p.OutputTokS, p.PerRequestTokS, p.TTFT.P50, p.ITL.P50*1000, p.Completed, p.OutputTokens, p.DurationS)
+			if opt.Point != nil {
+				opt.Point(p)
+			}
 			if err != nil {
 				runErr = err
 				continue

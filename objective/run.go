@@ -17,6 +17,8 @@ type Options struct {
 	// goroutine that called Run. Tracing adds a few microseconds per
 	// request; sweeps leave it unset.
 	Trace func(RequestTrace)
+	// Point, when set, receives every measured point as it is done.
+	Point func(Point)
 	// Phase, when set, is told each phase as it starts: "quality before",
 	// "warm-up C16", "C16 r2", "quality after".
 	Phase func(phase string)

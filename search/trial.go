@@ -84,6 +84,9 @@ func (r *runner) trial(ctx context.Context, gpus []int) (err error) {
 		}
 		return errBudgetTaken
 	}
+	r.mu.Lock()
+	r.launched++
+	r.mu.Unlock()
 	return r.launch(ctx, t, gpus)
 }
 
@@ -392,6 +395,9 @@ func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs ma
 		Progress: func(line string) {
 			r.emit(Event{Kind: EventPoint, Trial: t.number, Text: fmt.Sprintf("trial %d   %s", t.number, line)})
 		},
+		Point: func(p objective.Point) {
+			r.emit(Event{Kind: EventPoint, Trial: t.number, TokS: p.OutputTokS, Phase: fmt.Sprintf("C%d r%d", p.Concurrency, p.Repeat)})
+		},
 		Phase: func(phase string) {
 			r.emit(Event{Kind: EventPhase, Trial: t.number, Phase: phase, Text: fmt.Sprintf("trial %d   %s", t.number, phase)})
 		},
@@ -477,7 +483,6 @@ func (r *runner) record(t *trialRun, out outcome, res *objective.Result, attrs m
 		r.sum.Pruned++
 	}
 	r.sum.Launched++
-	r.launched++
 	r.mu.Unlock()
 	r.emit(Event{Kind: EventFinished, Trial: t.number, State: out.State, Score: out.Score,
 		Text: fmt.Sprintf("trial %d %s", t.number, out.Line)})

@@ -65,6 +65,11 @@ func seedFlags(r seed.Run) map[string]string {
 		"--context-length":       strconv.Itoa(c.MaxModelLen),
 		"--mem-fraction-static":  strconv.FormatFloat(c.MemoryFraction, 'f', -1, 64),
 		"--chunked-prefill-size": strconv.Itoa(c.MaxBatchedTokens),
+		// The seed's tool-call checks pass (8/8), so its servers parsed
+		// reasoning and tool calls; its config records leave the parsers
+		// out, and the study names GLM's.
+		"--reasoning-parser": "glm45",
+		"--tool-call-parser": "glm45",
 	}
 	if !c.PrefixCaching {
 		f["--disable-radix-cache"] = ""

@@ -93,12 +93,14 @@ starting new trials after the given time; the trial in flight finishes.`,
 			defer close(watchDone)
 			go a.watchSignals(stop, abort, watchDone)
 
+			prog := newProgress(a.stdout)
 			sum, runErr := search.Run(ctx, search.Options{
 				Study: st, Store: store, LogDir: logDir,
 				Trials: trials, Timeout: timeout, Parallel: parallel,
 				Getenv: a.getenv, Abort: abort, Preflight: &pre,
-				Events: func(ev search.Event) { fmt.Fprintln(a.stdout, ev.Text) },
+				Events: prog.event,
 			})
+			prog.stop()
 			a.printSummary(st, sum, storagePath)
 			if runErr != nil {
 				return runErr

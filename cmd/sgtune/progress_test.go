@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/sgtune/sgtune/search"
+)
+
+// TestProgressPlain: without a terminal, progress is the events' lines.
+func TestProgressPlain(t *testing.T) {
+	var buf bytes.Buffer
+	p := newProgress(&buf)
+	best := 123.0
+	for _, ev := range []search.Event{
+		{Kind: search.EventLaunching, Trial: 0, Phase: "starting", Text: "trial 0 launching"},
+		{Kind: search.EventPhase, Trial: 0, Phase: "C1 r1", Text: "trial 0   C1 r1"},
+		{Kind: search.EventPoint, Trial: 0, TokS: 99},
+		{Kind: search.EventFinished, Trial: 0, State: search.StateComplete, Best: &best, Text: "trial 0 complete"},
+	} {
+		p.event(ev)
+	}
+	p.stop()
+	if got := buf.String(); got != "trial 0 launching\ntrial 0   C1 r1\ntrial 0 complete\n" {
+		t.Errorf("plain output %q", got)
+	}
+}
+
+// TestProgressLiveLine: under a pseudo-terminal `sgtune run` redraws a
+// status line in place (trial, launches, phase, tok/s, elapsed, best),
+// and the same run into a pipe writes plain lines only.
+func TestProgressLiveLine(t *testing.T) {
+	binDir := buildBins(t, "sgtune", "sglang-sim")
+	dir := t.TempDir()
+	study := writeFile(t, dir, "s.yaml", studyYAML("live", 100, fmt.Sprintf(twoParams, 2)))
+	bin := filepath.Join(binDir, "sgtune")
+	run := func(db string, tty bool) string {
+		cmd := exec.Command(bin, "run", study, "--storage", filepath.Join(dir, db))
+		if !tty {
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("run: %v\n%s", err, out)
+			}
+			return string(out)
+		}
+		f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 160})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		var out bytes.Buffer
+		done := make(chan struct{})
+		go func() { _, _ = io.Copy(&out, f); close(done) }() // ends when the pty closes (EIO)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("run under a pty: %v\n%s", err, out.String())
+		}
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+		}
+		return out.String()
+	}
+	live := run("tty.db", true)
+	status := regexp.MustCompile(`\r\x1b\[Ktrial 1 · 2 of 2 launched · C8 r1 · [\d,]+ tok/s · \S+ elapsed · .*best [\d,]+`)
+	if !status.MatchString(live) {
+		t.Errorf("no live status line under a terminal:\n%q", live)
+	}
+	plain := run("pipe.db", false)
+	if strings.Contains(plain, "\x1b[K") || strings.Contains(plain, "\r") || !strings.Contains(plain, "trial 1 complete: score") {
+		t.Errorf("plain output has terminal control or lacks the lines:\n%q", plain)
+	}
+}
