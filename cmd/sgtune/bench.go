@@ -34,6 +34,25 @@ type benchFlags struct {
 	duration              time.Duration
 	maxOutput             int
 	asJSON                bool
+	engine                string
+}
+
+// tokenCounters names, per engine, the Prometheus counter of generated
+// tokens that each measured point's client count is checked against.
+// (Engine facts; they move to the engine package with the engine seam.)
+var tokenCounters = map[string]string{
+	"sglang":   "sglang:generation_tokens_total",  // --enable-metrics
+	"llamacpp": "llamacpp:tokens_predicted_total", // --metrics
+}
+
+// engineFromNamespaces maps /metrics namespaces to an engine of tokenCounters.
+func engineFromNamespaces(ns []string) string {
+	for _, n := range ns {
+		if _, ok := tokenCounters[n]; ok {
+			return n
+		}
+	}
+	return ""
 }
 
 // benchDoc is `sgtune bench --json`: DESIGN.md's document with the seed's
@@ -49,7 +68,11 @@ type benchDoc struct {
 	Audit        objective.OverallAudit   `json:"audit"`
 	Server       *objective.ServerInfo    `json:"server,omitempty"`
 	Warmup       []objective.Point        `json:"warmup,omitempty"`
-	Error        string                   `json:"error,omitempty"`
+	// Engine is the engine whose token counter the points were checked
+	// against ("" when none: the checks are skipped).
+	Engine       string `json:"engine,omitempty"`
+	TokenCounter string `json:"token_counter,omitempty"`
+	Error        string `json:"error,omitempty"`
 }
 
 // benchCmd is `sgtune bench --url URL ...`: benchmark a running server.
@@ -68,9 +91,16 @@ structured-output (24) and tool-call (8) gates before and after the sweep.
 fixed-duration decode per cell; cells that cannot fit the server's KV cache
 are skipped as "Over capacity").
 
+Each measured chat point's output tokens are checked against the server's
+own generated-token counter on /metrics (its rise over the point):
+sglang:generation_tokens_total for SGLang (--enable-metrics),
+llamacpp:tokens_predicted_total for llama-server (--metrics). --engine auto
+picks the engine from the metric names /metrics lists; without metrics the
+check is reported as skipped. A mismatch fails the point's audit.
+
 Progress goes to stderr; the table, or with --json the document, to stdout.
 Exit code 1 when the run failed (requests failed, no token progress, a
-quality gate failed), 2 for bad flags.`,
+quality gate failed, an audit failed), 2 for bad flags.`,
 		Example: `  sgtune bench --url http://127.0.0.1:30000 --concurrency 1,16 --requests 8,32 --repeats 1
   sgtune bench --url http://127.0.0.1:30000 --quality --json > bench.json
   sgtune bench --url http://127.0.0.1:30000 --workload matrix --contexts 8192,32768 --concurrency 1,4,16 --duration 30s`,
@@ -86,10 +116,26 @@ quality gate failed), 2 for bad flags.`,
 				return badInput(err)
 			}
 			progress := func(line string) { fmt.Fprintf(a.stderr, "[%s] %s\n", time.Now().Format("15:04:05"), line) }
+			engine := f.engine
+			if engine == "auto" {
+				ns, err := objective.MetricsNamespaces(cmd.Context(), t)
+				engine = engineFromNamespaces(ns)
+				switch {
+				case err != nil:
+					progress(fmt.Sprintf("token counts: not checked against the server (%v)", err))
+				case engine == "":
+					progress(fmt.Sprintf("token counts: not checked against the server (/metrics has no metrics of %s)", strings.Join(sortedKeys(tokenCounters), " or ")))
+				}
+			}
+			t.TokenCounter = tokenCounters[engine]
+			if t.TokenCounter != "" {
+				progress(fmt.Sprintf("token counts: checked against %s (engine %s)", t.TokenCounter, engine))
+			}
 			res, runErr := objective.Run(cmd.Context(), t, w, objective.Options{Progress: progress})
 			if f.asJSON {
 				doc := benchDoc{URL: t.URL, Model: res.Model, Workload: w, ReusePrompts: res.ReusePrompts, Points: res.Points,
-					Medians: res.Medians, Quality: res.Quality, Audit: res.Audit, Server: res.Server, Warmup: res.Warmup}
+					Medians: res.Medians, Quality: res.Quality, Audit: res.Audit, Server: res.Server, Warmup: res.Warmup,
+					Engine: engine, TokenCounter: t.TokenCounter}
 				if doc.Points == nil {
 					doc.Points = []objective.Point{}
 				}
@@ -106,6 +152,9 @@ quality gate failed), 2 for bad flags.`,
 			}
 			if runErr != nil {
 				return fmt.Errorf("bench: %w", runErr)
+			}
+			if !res.Audit.OK {
+				return fmt.Errorf("bench: audit failed: %s", strings.Join(res.Audit.Errors, "; "))
 			}
 			return nil
 		},
@@ -131,6 +180,7 @@ quality gate failed), 2 for bad flags.`,
 	fl.DurationVar(&f.duration, "duration", 30*time.Second, "matrix: sustained decode time per cell")
 	fl.IntVar(&f.maxOutput, "max-output", 4096, "matrix: max output tokens per decode request")
 	fl.BoolVar(&f.asJSON, "json", false, "print the result document as JSON")
+	fl.StringVar(&f.engine, "engine", "auto", "engine whose generated-token counter checks the token counts: auto (from /metrics), sglang, llamacpp or none")
 	return cmd
 }
 
@@ -165,6 +215,9 @@ func (f *benchFlags) resolve(cmd *cobra.Command, getenv func(string) string) (ob
 	}
 	if f.hangTimeout <= 0 || f.duration <= 0 {
 		return w, t, errors.New("--hang-timeout and --duration must be > 0")
+	}
+	if _, ok := tokenCounters[f.engine]; !ok && f.engine != "auto" && f.engine != "none" {
+		return w, t, fmt.Errorf("--engine %q: want auto, none or one of %s", f.engine, strings.Join(sortedKeys(tokenCounters), ", "))
 	}
 	warm := f.warmup
 	w = objective.Workload{
@@ -213,10 +266,10 @@ func printBench(out io.Writer, w objective.Workload, res *objective.Result) {
 		printMatrix(out, w, res)
 	} else {
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "conc\trepeat\trequested\tcompleted\tfailed\ttokens\ttok/s\treq/s\tTTFT p50\tTTFT p99\tlatency p50\tlatency p99\tITL p50\tITL p99\taudit\t")
+		fmt.Fprintln(tw, "conc\trepeat\trequested\tcompleted\tfailed\tretried\ttokens\tserver tokens\ttok/s\treq/s\tTTFT p50\tTTFT p99\tlatency p50\tlatency p99\tITL p50\tITL p99\taudit\t")
 		for _, p := range res.Points {
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Concurrency, p.Repeat, p.Requested, p.Completed, p.Failed,
-				p.OutputTokens, p.OutputTokS, p.RequestsPerS, secs(p.TTFT.P50), secs(p.TTFT.P99), secs(p.Latency.P50), secs(p.Latency.P99),
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%.1f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Concurrency, p.Repeat, p.Requested, p.Completed, p.Failed,
+				p.Retried, p.OutputTokens, serverTokens(p.Audit.ServerTokens), p.OutputTokS, p.RequestsPerS, secs(p.TTFT.P50), secs(p.TTFT.P99), secs(p.Latency.P50), secs(p.Latency.P99),
 				secs(p.ITL.P50), secs(p.ITL.P99), auditWord(p.Audit))
 		}
 		tw.Flush()
@@ -252,6 +305,9 @@ func printBench(out io.Writer, w objective.Workload, res *objective.Result) {
 				fmt.Fprintf(out, "  %s\n", f)
 			}
 		}
+	}
+	if line := tokenCheckLine(res.Points); line != "" {
+		fmt.Fprintln(out, line)
 	}
 	if res.Audit.OK {
 		fmt.Fprintf(out, "audit: ok (%d points)\n", res.Audit.Points)
@@ -310,6 +366,64 @@ func secs(s float64) string {
 		return fmt.Sprintf("%.1f ms", s*1000)
 	}
 	return fmt.Sprintf("%.2f s", s)
+}
+
+// tokenCheckLine sums up the points' checks against the server's counter.
+func tokenCheckLine(points []objective.Point) string {
+	var n, passed, failed int
+	var metric, skipped string
+	for _, p := range points {
+		tc := p.Audit.ServerTokens
+		if tc == nil {
+			continue
+		}
+		n++
+		metric = tc.Metric
+		switch tc.State {
+		case objective.CheckPassed:
+			passed++
+		case objective.CheckFailed:
+			failed++
+		default:
+			skipped = tc.Reason
+		}
+	}
+	switch {
+	case n == 0:
+		return ""
+	case skipped != "" && passed+failed == 0:
+		return "server token counter: not checked (" + skipped + ")"
+	}
+	line := fmt.Sprintf("server token counter %s: %d of %d points equal to the client's count", metric, passed, n)
+	if failed > 0 {
+		line += fmt.Sprintf(", %d DIFFER", failed)
+	}
+	if skipped != "" {
+		line += ", some not checked (" + skipped + ")"
+	}
+	return line
+}
+
+// serverTokens is the table cell of a point's token check.
+func serverTokens(tc *objective.TokenCheck) string {
+	switch {
+	case tc == nil:
+		return "-"
+	case tc.State == objective.CheckSkipped:
+		return "skipped"
+	case tc.Tolerance > 0:
+		return fmt.Sprintf("%d±%d", tc.Server, tc.Tolerance)
+	}
+	return strconv.FormatInt(tc.Server, 10)
+}
+
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
 }
 
 func auditWord(a objective.Audit) string {
