@@ -117,6 +117,9 @@ quality gate failed, an audit failed), 2 for bad flags.`,
 			}
 			progress := func(line string) { fmt.Fprintf(a.stderr, "[%s] %s\n", time.Now().Format("15:04:05"), line) }
 			engine := f.engine
+			if engine == "none" {
+				engine = ""
+			}
 			if engine == "auto" {
 				ns, err := objective.MetricsNamespaces(cmd.Context(), t)
 				engine = engineFromNamespaces(ns)
