@@ -10,7 +10,7 @@ export GOFLAGS := $(if $(SQLITE_TAG),-tags=$(SQLITE_TAG)) -buildvcs=false
 # The study files name their engines as commands on PATH (sglang-sim here).
 export PATH := $(CURDIR)/bin:$(PATH)
 
-.PHONY: all build test demo lint soak calibrate bench-loadgen clean report-check export-check
+.PHONY: all build test demo lint soak calibrate bench-loadgen clean report-check export-check llama-server
 
 all: build
 
@@ -72,6 +72,13 @@ calibrate: build
 # the TTFT error against an injected delay at C128; last line is the summary.
 bench-loadgen:
 	$(GO) run ./cmd/bench-loadgen
+
+# llama.cpp's llama-server (CPU) built from the source bundled in npm
+# node-llama-cpp@3.21.1, plus a generated tiny GGUF model, cached in
+# ${SGTUNE_CACHE:-$HOME/.cache/sgtune}/llama-3.21.1 (outside the repo; about
+# 10 minutes the first time, instant after). Prints LLAMA_SERVER= and LLAMA_MODEL=.
+llama-server:
+	bash scripts/llama-build.sh
 
 clean:
 	rm -rf bin sgtune.db sgtune.db-* best-launch.sh sgtune-logs out

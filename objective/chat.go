@@ -124,8 +124,10 @@ func runChat(ctx context.Context, c *client, model string, w Workload, opt Optio
 			if err != nil {
 				return err
 			}
+			probe := c.startTokenProbe(ctx)
 			b, err := c.closedLoop(ctx, bodies, conc, hang, false)
 			p, recs := b.point("", conc, r, 0)
+			p.checkTokens(probe.finish(ctx, c, p.OutputTokens))
 			b.emitTrace(opt, "", conc, r)
 			if r == 1 && cold != "" {
 				p.Note = cold
@@ -168,8 +170,10 @@ func runChat(ctx context.Context, c *client, model string, w Workload, opt Optio
 			if err != nil {
 				return Point{}, err
 			}
+			probe := c.startTokenProbe(ctx)
 			b, err := c.closedLoop(ctx, bodies, conc, hang, false)
 			p, recs := b.point(PhaseCapacity, conc, 1, 0)
+			p.checkTokens(probe.finish(ctx, c, p.OutputTokens))
 			res.Points = append(res.Points, p)
 			res.Requests = append(res.Requests, recs...)
 			opt.progress("capacity probe %s", progressLine(p, 1))
@@ -313,7 +317,19 @@ func searchCapacity(points []Point, spec ChatSpec, cs *CapacitySearch, measure f
 
 // progressLine is one human-readable line about a finished point.
 func progressLine(p Point, repeats int) string {
-	return fmt.Sprintf("c=%d r=%d/%d: %d/%d ok, %.1f tok/s, TTFT p50 %.3f s p99 %.3f s, latency p99 %.2f s%s",
-		p.Concurrency, p.Repeat, repeats, p.Completed, p.Requested, p.OutputTokS, p.TTFT.P50, p.TTFT.P99, p.Latency.P99,
+	var extra string
+	if p.Retried > 0 {
+		extra += fmt.Sprintf(", %d retried on a new connection", p.Retried)
+	}
+	if tc := p.Audit.ServerTokens; tc != nil {
+		switch tc.State {
+		case CheckPassed:
+			extra += ", tokens = server counter"
+		case CheckFailed:
+			extra += ", TOKEN MISMATCH: " + tc.Reason
+		}
+	}
+	return fmt.Sprintf("c=%d r=%d/%d: %d/%d ok, %.1f tok/s, TTFT p50 %.3f s p99 %.3f s, latency p99 %.2f s%s%s",
+		p.Concurrency, p.Repeat, repeats, p.Completed, p.Requested, p.OutputTokS, p.TTFT.P50, p.TTFT.P99, p.Latency.P99, extra,
 		map[bool]string{true: "", false: " [" + p.State + "]"}[p.State == "passed"])
 }

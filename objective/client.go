@@ -128,18 +128,32 @@ type client struct {
 	base   string
 	apiKey string
 	hc     *http.Client
-	trace  bool // record a RequestTrace per streamed request
+	// fresh sends the second attempt of a request whose reused connection
+	// died before answering: keep-alives off, so it always dials a new
+	// connection (the pool may hold more connections the server closed).
+	fresh *http.Client
+	trace bool // record a RequestTrace per streamed request
+	// tokenMetric is the server's generated-token counter (Target.TokenCounter).
+	tokenMetric string
 }
 
 func newClient(t Target, conns int) *client {
+	ft := NewTransport(1)
+	ft.DisableKeepAlives = true
 	return &client{
 		base:   strings.TrimRight(t.URL, "/"),
 		apiKey: t.APIKey,
 		hc:     &http.Client{Transport: NewTransport(conns)},
+		fresh:  &http.Client{Transport: ft},
+
+		tokenMetric: t.TokenCounter,
 	}
 }
 
-func (c *client) close() { c.hc.CloseIdleConnections() }
+func (c *client) close() {
+	c.hc.CloseIdleConnections()
+	c.fresh.CloseIdleConnections()
+}
 
 // HTTPError is a non-2xx answer from the server.
 type HTTPError struct {
@@ -210,7 +224,16 @@ func (c *client) newPost(ctx context.Context, path string, body []byte) (*http.R
 
 // send sends req and returns the response when it is 2xx.
 func (c *client) send(req *http.Request) (*http.Response, error) {
-	resp, err := c.hc.Do(req)
+	return c.sendWith(c.hc, req)
+}
+
+// sendFresh is send on a new connection that is closed after the response.
+func (c *client) sendFresh(req *http.Request) (*http.Response, error) {
+	return c.sendWith(c.fresh, req)
+}
+
+func (c *client) sendWith(hc *http.Client, req *http.Request) (*http.Response, error) {
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,12 @@ type RequestRecord struct {
 	PromptTokens int     `json:"prompt_tokens,omitempty"`
 	Chunks       int     `json:"chunks"` // SSE data lines received, [DONE] excluded
 	Finish       string  `json:"finish_reason,omitempty"`
+	// Retried is set when the first attempt failed on a reused keep-alive
+	// connection before any response byte and the request was sent again
+	// on a new connection; RetryCause is that first attempt's error. The
+	// record's StartS, TTFT and Latency still count from the first attempt.
+	Retried    bool   `json:"retried,omitempty"`
+	RetryCause string `json:"retry_cause,omitempty"`
 }
 
 // watch tracks token progress across the streams of one point, for the
@@ -105,13 +112,26 @@ func (c *client) stream(ctx context.Context, body []byte, w *watch, collect bool
 	}
 	// The TTFT origin, as bench_serving's (taken right before its aiohttp
 	// post): just before the transport takes a connection and writes the
-	// request, after the load generator's own bookkeeping.
+	// request, after the load generator's own bookkeeping. A retried
+	// request keeps this origin: its TTFT and latency include the failed
+	// first attempt, as the user of a client that retries would see them.
 	start := time.Now()
 	out.start = start
 	if out.trace != nil {
 		out.trace.Start = start.UnixNano()
 	}
-	resp, err := c.send(req)
+	var att attempt
+	resp, err := c.send(req.WithContext(att.watch(ctx)))
+	if att.staleConn(ctx, err) {
+		// The server closed an idle keep-alive connection that the
+		// transport had just handed out (llama-server closes after every
+		// streamed response while advertising Keep-Alive): nothing was
+		// answered, so sending the request again cannot count it twice.
+		rec.Retried, rec.RetryCause = true, err.Error()
+		if req, err = c.newPost(ctx, "/v1/chat/completions", body); err == nil {
+			resp, err = c.sendFresh(req)
+		}
+	}
 	if err != nil {
 		rec.Error = errText(ctx, err)
 		rec.Latency = time.Since(start).Seconds()
@@ -265,6 +285,42 @@ func mergeToolCalls(calls []toolCall, raw []byte) []toolCall {
 	return calls
 }
 
+// attempt records what the transport did with one attempt of a request:
+// whether the connection it used was a reused idle one, and whether any
+// response byte arrived. The hooks may run on the transport's goroutines.
+type attempt struct {
+	reused, gotByte atomic.Bool
+}
+
+// watch returns ctx with hooks that fill a; hooks already in ctx (a
+// RequestTrace) still run.
+func (a *attempt) watch(ctx context.Context) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn:              func(i httptrace.GotConnInfo) { a.reused.Store(i.Reused) },
+		GotFirstResponseByte: func() { a.gotByte.Store(true) },
+	})
+}
+
+// staleConn reports a failure that may be retried: a transport error (not
+// an HTTP status) on a reused connection before any response byte, while
+// ctx is live. A failure on a new connection or after the response began
+// is the server's and is never retried.
+func (a *attempt) staleConn(ctx context.Context, err error) bool {
+	var he *HTTPError
+	return err != nil && !errors.As(err, &he) && ctx.Err() == nil && a.reused.Load() && !a.gotByte.Load()
+}
+
+// retried counts the records that needed a second attempt.
+func retried(recs []RequestRecord) int {
+	n := 0
+	for _, r := range recs {
+		if r.Retried {
+			n++
+		}
+	}
+	return n
+}
+
 // batch is the outcome of one closed-loop run of requests.
 type batch struct {
 	results   []*streamResult // one per issued request, in issue order
@@ -363,6 +419,7 @@ func (b *batch) point(phase string, conc, repeat, context int) (Point, []Request
 		p.RequestsPerS = float64(p.Completed) / p.DurationS
 	}
 	p.TTFT, p.Latency, p.ITL = Summarize(ttft), Summarize(lat), Summarize(itl)
+	p.Retried = retried(recs)
 	p.Audit = Audit{
 		RawCount:     len(recs) == p.Issued,
 		Completed:    okN == p.Completed && p.Completed+p.Failed == p.Issued,
@@ -379,7 +436,8 @@ func (b *batch) point(phase string, conc, repeat, context int) (Point, []Request
 
 // ok reports whether every audit flag holds.
 func (a Audit) ok() bool {
-	return a.RawCount && a.Completed && a.Failed && a.Tokens && a.AllRequested
+	return a.RawCount && a.Completed && a.Failed && a.Tokens && a.AllRequested &&
+		(a.ServerTokens == nil || a.ServerTokens.State != CheckFailed)
 }
 
 // OK reports whether every audit flag holds.

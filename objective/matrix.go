@@ -328,6 +328,7 @@ func (c *client) decodeCell(ctx context.Context, model, base string, ctxLen, con
 		p.PerRequestTokS = s / float64(len(perReq))
 	}
 	p.TTFT, p.Latency, p.ITL = Summarize(ttft), Summarize(lat), Summarize(itl)
+	p.Retried = retried(recs)
 	p.Audit = Audit{
 		RawCount:     len(recs) == p.Issued,
 		Completed:    okN == p.Completed && p.Completed+p.Failed+p.Cut == p.Issued,

@@ -148,6 +148,9 @@ func (a Audit) failing() string {
 			s = append(s, f.name)
 		}
 	}
+	if tc := a.ServerTokens; tc != nil && tc.State == CheckFailed {
+		s = append(s, "server_tokens: "+tc.Reason)
+	}
 	return fmt.Sprint(s)
 }
 

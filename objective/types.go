@@ -8,6 +8,12 @@ type Target struct {
 	URL    string // base URL, e.g. http://127.0.0.1:30000
 	Model  string // model name sent in requests; empty means ask /v1/models
 	APIKey string // sent as a Bearer token when set
+	// TokenCounter names the server's Prometheus counter of generated
+	// tokens on /metrics (llama-server: llamacpp:tokens_predicted_total,
+	// SGLang: sglang:generation_tokens_total). Its rise over each measured
+	// chat point must equal the output tokens the client counted; empty
+	// means the check is reported as skipped.
+	TokenCounter string
 }
 
 // Workload is what a trial is measured with.
@@ -81,6 +87,10 @@ type Audit struct {
 	Failed       bool `json:"failed"`
 	Tokens       bool `json:"tokens"`
 	AllRequested bool `json:"all_requested"`
+	// ServerTokens is the comparison with the server's generated-token
+	// counter (measured chat points; nil where not attempted). Only a
+	// failed check fails the audit; a skipped one says why it was not made.
+	ServerTokens *TokenCheck `json:"server_tokens,omitempty"`
 }
 
 // Point is one (concurrency, repeat[, context]) measurement.
@@ -97,7 +107,12 @@ type Point struct {
 	Failed      int    `json:"failed"`
 	// Cut counts matrix decode requests still running when the cell's
 	// fixed duration ended: neither completed nor failed.
-	Cut          int     `json:"cut,omitempty"`
+	Cut int `json:"cut,omitempty"`
+	// Retried counts requests sent a second time, on a new connection,
+	// because their reused keep-alive connection failed before any
+	// response byte (a server that closes connections it advertised as
+	// Keep-Alive). They are in Completed or Failed by their second attempt.
+	Retried      int     `json:"retried"`
 	OutputTokens int     `json:"output_tokens"`
 	DurationS    float64 `json:"duration_s"`
 	OutputTokS   float64 `json:"output_tok_s"`

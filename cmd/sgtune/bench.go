@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/url"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/errext"
 	"github.com/sgtune/sgtune/objective"
 )
@@ -36,6 +38,39 @@ type benchFlags struct {
 	duration              time.Duration
 	maxOutput             int
 	asJSON                bool
+	engine                string
+}
+
+// tokenCounter is the engine's Prometheus counter of generated tokens, which
+// each measured point's client count is checked against ("" for none).
+func tokenCounter(name string) string {
+	if e, err := engine.Lookup(name); err == nil {
+		return e.Metrics.GenerationTokens
+	}
+	return ""
+}
+
+// engineFromNamespaces picks the engine whose generated-token counter lives
+// in one of the /metrics namespaces ("sglang" of sglang:..., say).
+func engineFromNamespaces(ns []string) string {
+	for _, e := range engine.All() {
+		prefix, _, _ := strings.Cut(e.Metrics.GenerationTokens, ":")
+		if prefix != "" && slices.Contains(ns, prefix) {
+			return e.Name
+		}
+	}
+	return ""
+}
+
+// counterEngines lists the engines with a generated-token counter.
+func counterEngines() []string {
+	var out []string
+	for _, e := range engine.All() {
+		if e.Metrics.GenerationTokens != "" {
+			out = append(out, e.Name)
+		}
+	}
+	return out
 }
 
 // benchDoc is `sgtune bench --json`: DESIGN.md's document with the seed's
@@ -51,7 +86,11 @@ type benchDoc struct {
 	Audit        objective.OverallAudit   `json:"audit"`
 	Server       *objective.ServerInfo    `json:"server,omitempty"`
 	Warmup       []objective.Point        `json:"warmup,omitempty"`
-	Error        string                   `json:"error,omitempty"`
+	// Engine is the engine whose token counter the points were checked
+	// against ("" when none: the checks are skipped).
+	Engine       string `json:"engine,omitempty"`
+	TokenCounter string `json:"token_counter,omitempty"`
+	Error        string `json:"error,omitempty"`
 }
 
 // benchCmd is `sgtune bench --url URL ...`: benchmark a running server.
@@ -70,9 +109,17 @@ structured-output (24) and tool-call (8) gates before and after the sweep.
 fixed-duration decode per cell; cells that cannot fit the server's KV cache
 are skipped as "Over capacity").
 
+Each measured chat point's output tokens are checked against the server's
+own generated-token counter on /metrics (its rise over the point):
+sglang:generation_tokens_total for SGLang (--enable-metrics),
+llamacpp:tokens_predicted_total for llama-server (--metrics). --engine auto
+picks the engine from the metric names /metrics lists; without metrics the
+check is reported as skipped. A mismatch fails the point's audit.
+
 Progress goes to stderr; the table, or with --json the document, to stdout.
 Exit code 1 when the run failed (the server cannot be reached, requests
-failed, no token progress, a quality gate failed), 2 for bad flags.`,
+failed, no token progress, a quality gate failed, an audit failed), 2 for
+bad flags.`,
 		Example: `  sgtune bench --url http://127.0.0.1:30000 --concurrency 1,16 --requests 8,32 --repeats 1
   sgtune bench --url http://127.0.0.1:30000 --quality --json > bench.json
   sgtune bench --url http://127.0.0.1:30000 --workload matrix --contexts 8192,32768 --concurrency 1,4,16 --duration 30s`,
@@ -88,6 +135,27 @@ failed, no token progress, a quality gate failed), 2 for bad flags.`,
 				return badInput(err)
 			}
 			progress := func(line string) { fmt.Fprintf(a.stderr, "[%s] %s\n", time.Now().Format("15:04:05"), line) }
+			engine := f.engine
+			if engine == "none" {
+				engine = ""
+			}
+			if engine == "auto" {
+				ns, err := objective.MetricsNamespaces(cmd.Context(), t)
+				engine = engineFromNamespaces(ns)
+				var op *net.OpError
+				switch {
+				case errors.As(err, &op) && op.Op == "dial":
+					// Unreachable: the run below says so, alone.
+				case err != nil:
+					progress(fmt.Sprintf("token counts: not checked against the server (%v)", err))
+				case engine == "":
+					progress(fmt.Sprintf("token counts: not checked against the server (/metrics has no metrics of %s)", strings.Join(counterEngines(), " or ")))
+				}
+			}
+			t.TokenCounter = tokenCounter(engine)
+			if t.TokenCounter != "" {
+				progress(fmt.Sprintf("token counts: checked against %s (engine %s)", t.TokenCounter, engine))
+			}
 			res, runErr := objective.Run(cmd.Context(), t, w, objective.Options{Progress: progress})
 			var unreachable *objective.UnreachableError
 			if errors.As(runErr, &unreachable) {
@@ -96,7 +164,8 @@ failed, no token progress, a quality gate failed), 2 for bad flags.`,
 			}
 			if f.asJSON {
 				doc := benchDoc{URL: t.URL, Model: res.Model, Workload: w, ReusePrompts: res.ReusePrompts, Points: res.Points,
-					Medians: res.Medians, Quality: res.Quality, Audit: res.Audit, Server: res.Server, Warmup: res.Warmup}
+					Medians: res.Medians, Quality: res.Quality, Audit: res.Audit, Server: res.Server, Warmup: res.Warmup,
+					Engine: engine, TokenCounter: t.TokenCounter}
 				if doc.Points == nil {
 					doc.Points = []objective.Point{}
 				}
@@ -113,6 +182,9 @@ failed, no token progress, a quality gate failed), 2 for bad flags.`,
 			}
 			if runErr != nil {
 				return fmt.Errorf("bench: %w", runErr)
+			}
+			if !res.Audit.OK {
+				return fmt.Errorf("bench: audit failed: %s", strings.Join(res.Audit.Errors, "; "))
 			}
 			return nil
 		},
@@ -138,6 +210,7 @@ failed, no token progress, a quality gate failed), 2 for bad flags.`,
 	fl.DurationVar(&f.duration, "duration", 30*time.Second, "matrix: sustained decode time per cell")
 	fl.IntVar(&f.maxOutput, "max-output", 4096, "matrix: max output tokens per decode request")
 	fl.BoolVar(&f.asJSON, "json", false, "print the result document as JSON")
+	fl.StringVar(&f.engine, "engine", "auto", "engine whose generated-token counter checks the token counts: auto (from /metrics), sglang, llamacpp or none")
 	return cmd
 }
 
@@ -172,6 +245,9 @@ func (f *benchFlags) resolve(cmd *cobra.Command, getenv func(string) string) (ob
 	}
 	if f.hangTimeout <= 0 || f.duration <= 0 {
 		return w, t, errors.New("--hang-timeout and --duration must be > 0")
+	}
+	if tokenCounter(f.engine) == "" && f.engine != "auto" && f.engine != "none" {
+		return w, t, fmt.Errorf("--engine %q: want auto, none or one of %s", f.engine, strings.Join(counterEngines(), ", "))
 	}
 	warm := f.warmup
 	w = objective.Workload{
@@ -220,10 +296,10 @@ func printBench(out io.Writer, w objective.Workload, res *objective.Result) {
 		printMatrix(out, w, res)
 	} else {
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "conc\trepeat\trequested\tcompleted\tfailed\ttokens\ttok/s\treq/s\tTTFT p50\tTTFT p99\tlatency p50\tlatency p99\tITL p50\tITL p99\taudit\t")
+		fmt.Fprintln(tw, "conc\trepeat\trequested\tcompleted\tfailed\tretried\ttokens\tserver tokens\ttok/s\treq/s\tTTFT p50\tTTFT p99\tlatency p50\tlatency p99\tITL p50\tITL p99\taudit\t")
 		for _, p := range res.Points {
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Concurrency, p.Repeat, p.Requested, p.Completed, p.Failed,
-				p.OutputTokens, p.OutputTokS, p.RequestsPerS, secs(p.TTFT.P50), secs(p.TTFT.P99), secs(p.Latency.P50), secs(p.Latency.P99),
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%.1f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Concurrency, p.Repeat, p.Requested, p.Completed, p.Failed,
+				p.Retried, p.OutputTokens, serverTokens(p.Audit.ServerTokens), p.OutputTokS, p.RequestsPerS, secs(p.TTFT.P50), secs(p.TTFT.P99), secs(p.Latency.P50), secs(p.Latency.P99),
 				secs(p.ITL.P50), secs(p.ITL.P99), auditWord(p.Audit))
 		}
 		tw.Flush()
@@ -254,6 +330,9 @@ func printBench(out io.Writer, w objective.Workload, res *objective.Result) {
 				fmt.Fprintf(out, "  %s\n", f)
 			}
 		}
+	}
+	if line := tokenCheckLine(res.Points); line != "" {
+		fmt.Fprintln(out, line)
 	}
 	if res.Audit.OK {
 		fmt.Fprintf(out, "audit: ok (%d points)\n", res.Audit.Points)
@@ -314,9 +393,58 @@ func secs(s float64) string {
 	return fmt.Sprintf("%.2f s", s)
 }
 
+// tokenCheckLine sums up the points' checks against the server's counter.
+func tokenCheckLine(points []objective.Point) string {
+	var n, passed, failed int
+	var metric, skipped string
+	for _, p := range points {
+		tc := p.Audit.ServerTokens
+		if tc == nil {
+			continue
+		}
+		n++
+		metric = tc.Metric
+		switch tc.State {
+		case objective.CheckPassed:
+			passed++
+		case objective.CheckFailed:
+			failed++
+		default:
+			skipped = tc.Reason
+		}
+	}
+	switch {
+	case n == 0:
+		return ""
+	case skipped != "" && passed+failed == 0:
+		return "server token counter: not checked (" + skipped + ")"
+	}
+	line := fmt.Sprintf("server token counter %s: %d of %d points equal to the client's count", metric, passed, n)
+	if failed > 0 {
+		line += fmt.Sprintf(", %d DIFFER", failed)
+	}
+	if skipped != "" {
+		line += ", some not checked (" + skipped + ")"
+	}
+	return line
+}
+
 func auditWord(a objective.Audit) string {
 	if a.OK() {
 		return "ok"
 	}
 	return "FAILED"
+}
+
+// serverTokens is the table cell of a point's token check.
+func serverTokens(tc *objective.TokenCheck) string {
+	switch {
+	case tc == nil:
+		return "-"
+	case tc.State == objective.CheckSkipped:
+		return "skipped"
+	case tc.Tolerance > 0:
+		return fmt.Sprintf("%d±%d", tc.Server, tc.Tolerance)
+	}
+	return strconv.FormatInt(tc.Server, 10)
 }

@@ -41,6 +41,7 @@ func TestBenchFlagsBadInput(t *testing.T) {
 		{"min pass negative", []string{"bench", "--url", ts.URL, "--min-pass=-0.1"}, "--min-pass -0.1: want a fraction in (0, 1]"},
 		{"empty api key", []string{"bench", "--url", ts.URL, "--api-key-env", "SGTUNE_TEST_NO_SUCH_VAR"}, "unset or empty"},
 		{"workload", []string{"bench", "--url", ts.URL, "--workload", "soak"}, "want chat or matrix"},
+		{"engine", []string{"bench", "--url", ts.URL, "--engine", "vllm"}, `--engine "vllm": want auto, none or one of sglang`},
 		{"extra argument", []string{"bench", "--url", ts.URL, "extra"}, "no arguments"},
 	}
 	for _, tt := range tests {
@@ -81,7 +82,7 @@ func TestBenchJSON(t *testing.T) {
 			OutputTokS                                                float64            `json:"output_tok_s"`
 			TTFT                                                      map[string]float64 `json:"ttft_s"`
 			Latency                                                   map[string]float64 `json:"latency_s"`
-			Audit                                                     map[string]bool    `json:"audit"`
+			Audit                                                     map[string]any     `json:"audit"`
 			State                                                     string
 		} `json:"points"`
 		Medians map[string]map[string]float64 `json:"medians"`
@@ -104,9 +105,12 @@ func TestBenchJSON(t *testing.T) {
 			t.Errorf("point %+v", p)
 		}
 		for _, k := range []string{"raw_count", "completed", "failed", "tokens", "all_requested"} {
-			if !p.Audit[k] {
+			if p.Audit[k] != true {
 				t.Errorf("c=%d r=%d: audit %s false", p.Concurrency, p.Repeat, k)
 			}
+		}
+		if tc, _ := p.Audit["server_tokens"].(map[string]any); tc["state"] != "passed" || tc["metric"] != "sglang:generation_tokens_total" {
+			t.Errorf("c=%d r=%d: server_tokens %v", p.Concurrency, p.Repeat, p.Audit["server_tokens"])
 		}
 		for _, k := range []string{"mean", "p50", "p90", "p99"} {
 			if p.TTFT[k] <= 0 || p.Latency[k] <= 0 {
@@ -159,6 +163,60 @@ func TestBenchTableAndFailure(t *testing.T) {
 				if !strings.Contains(out.String(), w) {
 					t.Errorf("stdout lacks %q:\n%s", w, out.String())
 				}
+			}
+		})
+	}
+}
+
+// TestBenchTokenCheck: the engine is told by /metrics (fakesse serves
+// sglang: metrics) or by --engine, and a server counter that disagrees with
+// the client's count fails the audit and the command.
+func TestBenchTokenCheck(t *testing.T) {
+	tests := []struct {
+		name       string
+		srv        *fakesse.Server
+		engine     string
+		wantCode   int
+		wantEngine string
+		wantState  string
+		wantOut    string
+	}{
+		{"auto-detected sglang", &fakesse.Server{}, "auto", exitOK, "sglang", objective.CheckPassed, "sglang:generation_tokens_total: 2 of 2 points equal"},
+		{"counter disagrees", &fakesse.Server{CounterSkew: 2}, "auto", exitFailure, "sglang", objective.CheckFailed, "2 DIFFER"},
+		{"none", &fakesse.Server{}, "none", exitOK, "", objective.CheckSkipped, "not checked (no generated-token counter is named"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := httptest.NewServer(tt.srv)
+			defer ts.Close()
+			run := func(extra ...string) (int, string, string) {
+				var out, errb bytes.Buffer
+				a := &app{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+				code := a.execute(context.Background(), append([]string{"bench", "--url", ts.URL, "--engine", tt.engine,
+					"--concurrency", "1,2", "--requests", "2,4", "--repeats", "1", "--max-tokens", "4"}, extra...))
+				return code, out.String(), errb.String()
+			}
+			code, out, errs := run("--json")
+			if code != tt.wantCode {
+				t.Errorf("exit %d, want %d; stderr %s", code, tt.wantCode, errs)
+			}
+			var doc benchDoc
+			if err := json.Unmarshal([]byte(out), &doc); err != nil {
+				t.Fatalf("bench --json: %v\n%s", err, out)
+			}
+			if doc.Engine != tt.wantEngine || len(doc.Points) != 2 {
+				t.Fatalf("engine %q, %d points", doc.Engine, len(doc.Points))
+			}
+			for _, p := range doc.Points {
+				if tc := p.Audit.ServerTokens; tc == nil || tc.State != tt.wantState {
+					t.Errorf("c=%d: token check %+v, want %s", p.Concurrency, tc, tt.wantState)
+				}
+			}
+			if tt.wantState == objective.CheckFailed && (doc.Audit.OK || !strings.Contains(errs, "audit failed") || !strings.Contains(errs, "server_tokens: the client counted")) {
+				t.Errorf("audit %+v, stderr %s", doc.Audit, errs)
+			}
+			if _, out, _ = run(); !strings.Contains(out, tt.wantOut) {
+				t.Errorf("table lacks %q:\n%s", tt.wantOut, out)
 			}
 		})
 	}
@@ -256,7 +314,7 @@ func TestBenchAgainstSimulator(t *testing.T) {
 		t.Skip("SGTUNE_SKIP_SIM set")
 	}
 	url := startSim(t, "--model-path", "zai-org/GLM-5.3-Flash", "--tp-size", "4", "--tool-call-parser", "glm47",
-		"--reasoning-parser", "glm45", "--sim-speedup", "100")
+		"--reasoning-parser", "glm45", "--sim-speedup", "100", "--enable-metrics")
 	var out, errb bytes.Buffer
 	a := &app{stdout: &out, stderr: &errb, getenv: os.Getenv}
 	code := a.execute(context.Background(), []string{"bench", "--url", url, "--concurrency", "1,16", "--requests", "4,32",
@@ -275,6 +333,13 @@ func TestBenchAgainstSimulator(t *testing.T) {
 		if !p.Audit.OK() || p.Completed != p.Requested || p.State != "passed" || p.OutputTokens == 0 {
 			t.Errorf("c=%d r=%d: state %s, completed %d of %d, %d tokens, audit %+v", p.Concurrency, p.Repeat, p.State, p.Completed, p.Requested, p.OutputTokens, p.Audit)
 		}
+		// The simulator's own counter agrees with the client's count.
+		if tc := p.Audit.ServerTokens; tc == nil || tc.State != objective.CheckPassed || tc.Server != int64(p.OutputTokens) {
+			t.Errorf("c=%d r=%d: token check %+v, want passed with %d", p.Concurrency, p.Repeat, tc, p.OutputTokens)
+		}
+	}
+	if doc.Engine != "sglang" || doc.TokenCounter != "sglang:generation_tokens_total" {
+		t.Errorf("engine %q counter %q, want sglang's", doc.Engine, doc.TokenCounter)
 	}
 	for _, q := range []*objective.QualityCheck{doc.Quality.Before, doc.Quality.After} {
 		if q == nil || q.Summary.JSON != "24/24" || q.Summary.Tool != "8/8" {

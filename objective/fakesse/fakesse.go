@@ -50,6 +50,15 @@ type Server struct {
 	// once; the others wait in a queue (not reported by /server_info).
 	RunLimit int
 
+	// CounterSkew is added to sglang:generation_tokens_total for every
+	// finished stream, to fake a server whose counter disagrees with the
+	// tokens it sent.
+	CounterSkew int64
+
+	// genTokens is sglang:generation_tokens_total: the completion tokens of
+	// every finished stream, counted before its last chunk is written.
+	genTokens atomic.Int64
+
 	slotsOnce sync.Once
 	slots     chan struct{}
 
@@ -109,6 +118,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(info)
 	case "/metrics":
 		fmt.Fprintf(w, "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name=%q,tp_rank=\"0\"} %d.0\n", s.model(), s.QueueReqs)
+		fmt.Fprintf(w, "# TYPE sglang:generation_tokens_total counter\nsglang:generation_tokens_total{model_name=%q} %d.0\n", s.model(), s.genTokens.Load())
 	case "/v1/chat/completions":
 		s.chat(w, r)
 	case "/fake/timings":
@@ -278,6 +288,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		send([]byte(`{"role":null,"content":null,"reasoning_content":null,"tool_calls":` + string(tc) + `}`))
 		finish = "tool_calls"
 	}
+	s.genTokens.Add(int64(completion) + s.CounterSkew)
 	fmt.Fprintf(w, "data: {\"id\":%q,\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"role\":null,\"content\":null,\"reasoning_content\":null},\"logprobs\":null,\"finish_reason\":%q,\"matched_stop\":null}],\"usage\":null}\n\n", id, s.model(), finish)
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage && !s.NoUsage {
 		fmt.Fprintf(w, "data: {\"id\":%q,\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":%q,\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"total_tokens\":%d,\"completion_tokens\":%d,\"prompt_tokens_details\":null,\"reasoning_tokens\":0}}\n\n",
