@@ -139,7 +139,10 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	}
 	r.apiKey, r.spaceSize = pre.APIKey, pre.SpaceSize
 	if r.backend == nil {
-		r.backend = Processes{Target: objective.Target{Model: st.ServedName(), APIKey: r.apiKey}}
+		// Token counts are checked against the engine's own counter when
+		// its /metrics is on (skipped, and said so, when it is not).
+		r.backend = Processes{Target: objective.Target{Model: st.ServedName(), APIKey: r.apiKey,
+			TokenCounter: st.Engine.Kind.Metrics.GenerationTokens}}
 	}
 
 	r.budget = opt.Trials
