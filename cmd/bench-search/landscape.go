@@ -95,8 +95,10 @@ type landscapeOptions struct {
 	// best get all Draws.
 	ScreenDraws int
 	Refine      float64
-	Workers     int
-	Log         io.Writer // progress lines; nil: none
+	// NoShare measures every config itself, for checking the sharing.
+	NoShare bool
+	Workers int
+	Log     io.Writer // progress lines; nil: none
 }
 
 // config is one statically feasible config during the computation.
@@ -178,6 +180,9 @@ func ComputeLandscape(ctx context.Context, st *space.Study, opt landscapeOptions
 			continue
 		}
 		k := c.srv.Key()
+		if opt.NoShare {
+			k = c.cfg.Params.String()
+		}
 		if _, ok := byKey[k]; !ok {
 			keys = append(keys, k)
 		}
@@ -211,7 +216,7 @@ func ComputeLandscape(ctx context.Context, st *space.Study, opt landscapeOptions
 					ct.Group = g
 					var o *outcome
 					for i := range memo {
-						if e := &memo[i]; covers(e.kv, e.chunk, e.span, c.kv, c.chunk) {
+						if e := &memo[i]; !opt.NoShare && covers(e.kv, e.chunk, e.span, c.kv, c.chunk) {
 							o = &e.o
 							reused.Add(1)
 							break
@@ -370,9 +375,10 @@ func parallel(ctx context.Context, workers, n int, fn func(i int) error) error {
 // cacheKey identifies a landscape: this program (its executable: the
 // simulator's code and bundled profiles), the profile and study contents,
 // the draws.
-func cacheKey(studyPath, profile string, draws, screen int, refine float64) (string, error) {
+func cacheKey(studyPath string, opt landscapeOptions) (string, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "landscape v%d draws %d screen %d refine %g\n", landscapeVersion, draws, screen, refine)
+	fmt.Fprintf(h, "landscape v%d draws %d screen %d refine %g share %v\n", landscapeVersion, opt.Draws, opt.ScreenDraws, opt.Refine, !opt.NoShare)
+	profile := opt.Profile
 	exe, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("cache key: %w", err)

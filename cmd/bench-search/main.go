@@ -27,6 +27,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"github.com/sgtune/sgtune/sim"
@@ -56,7 +57,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench-search", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	studyPath := fs.String("study", "testdata/studies/glm-5.3-flash-h200x4.yaml", "study file")
-	profile := fs.String("profile", sim.DefaultProfile, "simulator profile: a bundled name or a file")
+	profile := fs.String("profile", "", "simulator profile: a bundled name or a file (default: the study command's --sim-profile, else "+sim.DefaultProfile+")")
 	draws := fs.Int("draws", defaultDraws, "simulator draws (seeds) averaged per config near the top for the true score")
 	screen := fs.Int("screen-draws", defaultScreenDraws, "draws every config gets first (0: all get --draws)")
 	refine := fs.Float64("refine", defaultRefine, "configs whose screened true score is at least this fraction of the best get all --draws")
@@ -67,6 +68,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	workers := fs.Int("workers", runtime.NumCPU(), "parallel virtual trials")
 	cacheDir := fs.String("cache", defaultCacheDir(), "landscape cache directory")
 	refresh := fs.Bool("refresh", false, "recompute the landscape even when cached")
+	noShare := fs.Bool("no-share", false, "measure every config itself instead of sharing measurements between configs that behave the same (slow; checks the sharing)")
 	quiet := fs.Bool("q", false, "no progress lines")
 	if err := fs.Parse(argv); err != nil {
 		return 2
@@ -97,6 +99,9 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	if st.Workload.Kind != "chat" {
 		return bad("%s: workload kind %s: the virtual runner measures chat workloads only", *studyPath, st.Workload.Kind)
 	}
+	if *profile == "" {
+		*profile = studyProfile(st.Engine.Command)
+	}
 	if _, err := sim.LoadProfile(*profile); err != nil {
 		return bad("--profile: %v", err)
 	}
@@ -104,7 +109,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	if *quiet {
 		progress = nil
 	}
-	lopt := landscapeOptions{Profile: *profile, Draws: *draws, ScreenDraws: *screen, Refine: *refine, Workers: *workers, Log: progress}
+	lopt := landscapeOptions{Profile: *profile, Draws: *draws, ScreenDraws: *screen, Refine: *refine, NoShare: *noShare, Workers: *workers, Log: progress}
 	ls, err := landscape(ctx, st, *studyPath, lopt, *cacheDir, *refresh)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench-search:", err)
@@ -130,7 +135,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 // landscape loads the cached landscape or computes and caches it.
 func landscape(ctx context.Context, st *space.Study, studyPath string, opt landscapeOptions, dir string, refresh bool) (*Landscape, error) {
 	log := opt.Log
-	key, err := cacheKey(studyPath, opt.Profile, opt.Draws, opt.ScreenDraws, opt.Refine)
+	key, err := cacheKey(studyPath, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -159,4 +164,18 @@ func landscape(ctx context.Context, st *space.Study, studyPath string, opt lands
 		fmt.Fprintf(log, "landscape cached in %s\n", path)
 	}
 	return ls, nil
+}
+
+// studyProfile is the --sim-profile of a study's engine command (a study
+// run against sglang-sim names it there), else the default profile.
+func studyProfile(command []string) string {
+	for i, w := range command {
+		if v, ok := strings.CutPrefix(w, "--sim-profile="); ok {
+			return v
+		}
+		if w == "--sim-profile" && i+1 < len(command) {
+			return command[i+1]
+		}
+	}
+	return sim.DefaultProfile
 }
