@@ -209,33 +209,35 @@ func (v *Virtual) ClosedLoop(bodies [][]byte, conc int, hangS float64, collect b
 		res.Tokens += c.OutputTokens
 		failRun++
 	}
+	// issue sends the next body for a client that is free; a request the
+	// server refuses at once frees the client again.
 	issue := func() {
-		if next >= len(bodies) || failRun >= giveUp {
+		for next < len(bodies) && failRun < giveUp {
+			body := bodies[next]
+			next++
+			res.Issued++
+			res.Exchanges = append(res.Exchanges, Exchange{StartS: v.now - start})
+			ex := &res.Exchanges[len(res.Exchanges)-1]
+			if e.crashed {
+				fail(ex, "HTTP 500: "+errorJSON("engine unavailable", 500), v.now)
+				continue
+			}
+			pb, err := parseBody(body)
+			if err != nil {
+				fail(ex, "HTTP 400: "+errorJSON("Invalid request body: "+err.Error(), 400), v.now)
+				continue
+			}
+			seq, plan, code, msg := v.srv.prepareParsed(&pb.req, pb.prompt)
+			if code != 0 {
+				fail(ex, fmt.Sprintf("HTTP %d: %s", code, errorJSON(msg, code)), v.now)
+				continue
+			}
+			ex.PromptTokens = seq.Prompt
+			e.submitAt(seq, v.now, v.now, 0)
+			lastProgress = v.now
+			inflight[seq] = &client{idx: len(res.Exchanges) - 1, seq: seq, plan: plan, start: v.now}
 			return
 		}
-		body := bodies[next]
-		next++
-		res.Issued++
-		res.Exchanges = append(res.Exchanges, Exchange{StartS: v.now - start})
-		ex := &res.Exchanges[len(res.Exchanges)-1]
-		if e.crashed {
-			fail(ex, "HTTP 500: "+errorJSON("engine unavailable", 500), v.now)
-			return
-		}
-		pb, err := parseBody(body)
-		if err != nil {
-			fail(ex, "HTTP 400: "+errorJSON("Invalid request body: "+err.Error(), 400), v.now)
-			return
-		}
-		seq, plan, code, msg := v.srv.prepareParsed(&pb.req, pb.prompt)
-		if code != 0 {
-			fail(ex, fmt.Sprintf("HTTP %d: %s", code, errorJSON(msg, code)), v.now)
-			return
-		}
-		ex.PromptTokens = seq.Prompt
-		e.submitAt(seq, v.now, v.now, 0)
-		lastProgress = v.now
-		inflight[seq] = &client{idx: len(res.Exchanges) - 1, seq: seq, plan: plan, start: v.now}
 	}
 	for range max(1, min(conc, len(bodies))) {
 		issue()
@@ -313,9 +315,7 @@ loop:
 		// unavailable": the clients go on until they give up. A loop that
 		// sent everything ends as the load generator's does, without an
 		// error (the failures say what happened).
-		for next < len(bodies) && failRun < giveUp {
-			issue()
-		}
+		issue() // every client fails at once until they give up
 		if next == len(bodies) {
 			err = nil
 		}

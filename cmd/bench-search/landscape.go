@@ -269,15 +269,15 @@ func ComputeLandscape(ctx context.Context, st *space.Study, opt landscapeOptions
 		return nil, err
 	}
 	ls.ScreenDraws = screen
-	if screen < opt.Draws {
+	best := 0.0
+	for i := range ls.Configs {
+		m, _ := meanSE(ls.Configs[i].Values)
+		best = max(best, m)
+	}
+	if screen < opt.Draws && best > 0 {
 		// Only configs near the top decide what is within 97% of the best:
 		// they get all the draws.
 		ls.Refine = opt.Refine
-		best := 0.0
-		for i := range ls.Configs {
-			m, _ := meanSE(ls.Configs[i].Values)
-			best = max(best, m)
-		}
 		var near []int
 		for g, k := range keys {
 			for _, c := range byKey[k] {
