@@ -63,10 +63,11 @@ soak:
 	SGTUNE_LONG=1 $(GO) test -count=1 -timeout 20m -run TestSoak -v ./cmd/sgtune
 
 # Simulator vs published seed figures, through sgtune's own load generator
-# (about 5 minutes): the five passing seed-000 runs, the failing runs, the
-# cold first repeat, and the seed-004 matrix. --strict exits 1 on any miss.
+# (about 10 minutes): the five passing seed-000 runs, the failing runs, the
+# cold first repeat, the seed-004 matrix, and the virtual clock against the
+# live simulator and the seed. --strict exits 1 on any miss.
 calibrate: build
-	$(GO) run ./cmd/calibrate --faults --cold --matrix
+	$(GO) run ./cmd/calibrate --faults --cold --matrix --virtual
 
 # Client CPU per streamed chunk, sgtune's reader vs go-openai's Recv(), and
 # the TTFT error against an injected delay at C128; last line is the summary.
