@@ -9,7 +9,7 @@ export GOFLAGS := $(if $(SQLITE_TAG),-tags=$(SQLITE_TAG)) -buildvcs=false
 # The study files name their engines as commands on PATH (sglang-sim here).
 export PATH := $(CURDIR)/bin:$(PATH)
 
-.PHONY: all build test demo lint soak calibrate bench-loadgen clean
+.PHONY: all build test demo demo-cluster lint soak calibrate bench-loadgen clean
 
 all: build
 
@@ -27,6 +27,14 @@ demo: build
 	bin/sgtune export --storage sgtune.db --format bash -o best-launch.sh
 	bash -n best-launch.sh
 	@echo "demo: trials in sgtune.db (sgtune status), winner in best-launch.sh"
+
+# Beyond one machine: four `sgtune worker` processes share one PostgreSQL
+# study of 40 trials, each trial a Slurm job on a local two-node cluster
+# with fake GPUs; one worker is killed with kill -9 mid-trial and its trial
+# must be re-run by another. Starts and stops Slurm and PostgreSQL itself
+# (as root: slurmd); the last line holds the figures read from the storage.
+demo-cluster: build
+	scripts/demo-cluster.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

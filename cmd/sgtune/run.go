@@ -56,7 +56,7 @@ starting new trials after the given time; the trial in flight finishes.`,
 			if trials < 0 || parallel < 0 || timeout < 0 {
 				return badInput(errors.New("--trials, --parallel and --timeout must not be negative"))
 			}
-			if groups := max(len(st.GPUGroups), 1); parallel > groups {
+			if groups := max(len(st.GPUGroups), 1); !st.Slurmed() && parallel > groups {
 				return badInput(fmt.Errorf("--parallel %d: the study has %d GPU group(s) (gpus.groups in %s); one trial runs per group", parallel, groups, st.Path))
 			}
 			logBase := "."

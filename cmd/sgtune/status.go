@@ -93,9 +93,10 @@ func (a *app) statusCmd() *cobra.Command {
 			}
 			fmt.Fprintf(a.stdout, "study %s: %d trials\n", name, len(recs))
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "#\tSTATE\tSCORE\tDETAIL\tPARAMS")
+			fmt.Fprintln(tw, "#\tSTATE\tSCORE\tHOST\tJOB\tDETAIL\tPARAMS")
 			for _, r := range recs {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.Number, r.State, scoreText(r), detail(r), space.Params(r.Params).String())
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Number, r.State, scoreText(r), orDash(r.Host), orDash(r.SlurmJob),
+					detail(r), space.Params(r.Params).String())
 			}
 			tw.Flush()
 			if b, ok := search.Best(recs); ok {
@@ -291,4 +292,12 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// orDash shows an empty cell as "-".
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
