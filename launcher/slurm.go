@@ -124,11 +124,16 @@ const slurmCmdTimeout = 60 * time.Second
 // slurmRun runs a Slurm client command and returns its standard output;
 // the error carries its standard error.
 func slurmRun(ctx context.Context, name string, args ...string) (string, error) {
+	return slurmRunEnv(ctx, nil, name, args...)
+}
+
+// slurmRunEnv is slurmRun with the command's environment (nil: ours).
+func slurmRunEnv(ctx context.Context, env []string, name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, slurmCmdTimeout)
 	defer cancel()
 	var stdout, stderr strings.Builder
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdout, cmd.Stderr, cmd.Env = &stdout, &stderr, env
 	if err := cmd.Run(); err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if msg == "" {
@@ -185,6 +190,23 @@ func queryJob(ctx context.Context, id string) (jobInfo, error) {
 	}
 	return parseJob(out), nil
 }
+
+// jobEnv is the environment a job is submitted with (sbatch --export=ALL
+// gives the job sbatch's own): ours without the storage's credentials,
+// which the server has no use for and Slurm would keep with the job.
+func jobEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if k != "SGTUNE_STORAGE" && k != "PGPASSWORD" {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// JobDir is the directory of a trial's job files for the log at logPath.
+func JobDir(logPath string) string { return strings.TrimSuffix(logPath, ".log") + ".slurm" }
 
 // pendingState: the job waits for resources (or nodes booting).
 func pendingState(s string) bool {
@@ -413,7 +435,7 @@ func StartSlurm(ctx context.Context, spec Spec, opt SlurmOptions) (*SlurmServer,
 			return nil, fmt.Errorf("launcher: log file: %w", err)
 		}
 		s.logFile, out = f, f
-		s.dir = strings.TrimSuffix(logPath, ".log") + ".slurm"
+		s.dir = JobDir(logPath)
 		if err := os.RemoveAll(s.dir); err != nil {
 			s.closeLog()
 			return nil, fmt.Errorf("launcher: job dir: %w", err)
@@ -516,7 +538,10 @@ func (s *SlurmServer) submit(ctx context.Context) error {
 	args = append(args, batchPath)
 	s.sink.note(fmt.Sprintf("attempt %d: sbatch %s", s.attempt, shellJoin(args)))
 	s.sink.note("server: " + shellJoin(s.spec.Argv))
-	out, err := slurmRun(ctx, "sbatch", args...)
+	// The submission runs to its end even when ctx ends meanwhile: a job
+	// submitted behind our back would run unseen; one we know of is
+	// cancelled by the caller's cleanup.
+	out, err := slurmRunEnv(context.WithoutCancel(ctx), jobEnv(os.Environ()), "sbatch", args...)
 	if err != nil {
 		s.sink.note(err.Error())
 		return fmt.Errorf("%w: %w", ErrSubmit, err)

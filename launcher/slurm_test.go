@@ -273,3 +273,11 @@ func taggedProcesses(t *testing.T, tag string) int {
 	}
 	return n
 }
+
+func TestJobEnv(t *testing.T) {
+	got := jobEnv([]string{"PATH=/bin", "SGTUNE_STORAGE=postgres://u:pw@db/t", "SLURM_CONF=/etc/slurm.conf", "PGPASSWORD=pw", "SGTUNE_STORAGEX=1"})
+	want := []string{"PATH=/bin", "SLURM_CONF=/etc/slurm.conf", "SGTUNE_STORAGEX=1"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("jobEnv = %v, want %v", got, want)
+	}
+}

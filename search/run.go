@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,6 +134,15 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		return r.sum, err
 	}
 	r.apiKey, r.spaceSize = pre.APIKey, pre.SpaceSize
+	if st.Slurmed() && opt.LogDir != "" {
+		// Jobs on other hosts write beside the log, and a worker taking a
+		// trial over finds its files by the stored path: make it absolute.
+		abs, err := filepath.Abs(opt.LogDir)
+		if err != nil {
+			return r.sum, fmt.Errorf("log dir: %w", err)
+		}
+		r.opt.LogDir = abs
+	}
 	target := objective.Target{Model: st.ServedName(), APIKey: r.apiKey}
 	if r.backend == nil && !st.Slurmed() {
 		r.backend = Processes{Target: target}
@@ -330,7 +340,7 @@ func (r *runner) drain(ctx context.Context) (more bool, err error) {
 				running++
 			}
 		}
-		if running == 0 {
+		if running == 0 || (!r.deadline.IsZero() && time.Now().After(r.deadline)) {
 			return false, nil
 		}
 		if left, err := r.budgetLeft(ctx); err != nil || left {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -211,6 +213,13 @@ func (r *runner) cancelLeftoverJob(id, number int) {
 	job := ""
 	if sys, err := r.store.GetTrialSystemAttrs(id); err == nil {
 		job = sys[storage.AttrSlurmJob]
+	}
+	// Its job directory holds the raw, unredacted output: the dead worker
+	// cannot remove it any more.
+	if ua, err := r.store.GetTrialUserAttrs(id); err == nil && ua[storage.AttrLogPath] != "" {
+		if abs, err := filepath.Abs(ua[storage.AttrLogPath]); err == nil {
+			defer os.RemoveAll(launcher.JobDir(abs))
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

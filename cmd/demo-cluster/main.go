@@ -201,7 +201,7 @@ func run(ctx context.Context, c config) (figures, error) {
 		if victim != nil || c.killAfter <= 0 {
 			continue
 		}
-		w, trial, err := pickVictim(ctx, store, st.Name, c.killAfter, ws, owner)
+		w, trial, err := pickVictim(ctx, store, st, c.killAfter, ws, owner)
 		if err != nil {
 			return fig, err
 		}
@@ -239,8 +239,11 @@ func allDone(ws []*worker) bool {
 }
 
 // pickVictim returns a live worker in the middle of a launched trial once
-// the study has launched after trials, else nil.
-func pickVictim(ctx context.Context, store *storage.Store, study string, after int, ws []*worker, owner func(*worker) string) (*worker, int, error) {
+// the study has launched after trials, else nil. With Slurm the trial's
+// job must be running its server (its node is stored), so the kill leaves
+// a job behind for the taking-over worker to cancel.
+func pickVictim(ctx context.Context, store *storage.Store, st *space.Study, after int, ws []*worker, owner func(*worker) string) (*worker, int, error) {
+	study := st.Name
 	id, err := store.GetStudyIDFromName(study)
 	if err != nil {
 		return nil, 0, nil // not created yet
@@ -254,7 +257,7 @@ func pickVictim(ctx context.Context, store *storage.Store, study string, after i
 		return nil, 0, err
 	}
 	for _, r := range recs {
-		if r.State != search.StateRunning || (r.SlurmJob == "" && r.LogPath == "") {
+		if r.State != search.StateRunning || r.LogPath == "" || (st.Slurmed() && (r.SlurmJob == "" || r.Host == "")) {
 			continue
 		}
 		for _, w := range ws {
