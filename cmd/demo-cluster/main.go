@@ -187,7 +187,7 @@ func run(ctx context.Context, c config) (figures, error) {
 	}
 	defer store.Close()
 	var victim *worker
-	tick := time.NewTicker(250 * time.Millisecond)
+	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		if allDone(ws) {
@@ -239,9 +239,9 @@ func allDone(ws []*worker) bool {
 }
 
 // pickVictim returns a live worker in the middle of a launched trial once
-// the study has launched after trials, else nil. With Slurm the trial's
-// job must be running its server (its node is stored), so the kill leaves
-// a job behind for the taking-over worker to cancel.
+// the study has launched after trials, else nil: its server is ready (the
+// worker said so) and not yet stopped, so the kill leaves a server (a
+// Slurm job) behind for the worker taking the trial over to end.
 func pickVictim(ctx context.Context, store *storage.Store, st *space.Study, after int, ws []*worker, owner func(*worker) string) (*worker, int, error) {
 	study := st.Name
 	id, err := store.GetStudyIDFromName(study)
@@ -266,12 +266,34 @@ func pickVictim(ctx context.Context, store *storage.Store, st *space.Study, afte
 				continue
 			default:
 			}
-			if r.Owner == owner(w) {
+			if r.Owner == owner(w) && measuring(w.out, r.Number) {
 				return w, r.Number, nil
 			}
 		}
 	}
 	return nil, 0, nil
+}
+
+// measuring reports whether a worker's output says trial n's server is
+// ready and the trial has not ended yet.
+func measuring(out string, n int) bool {
+	b, err := os.ReadFile(out)
+	if err != nil {
+		return false
+	}
+	ready := false
+	prefix := fmt.Sprintf("trial %d ", n)
+	for _, l := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(l, prefix)
+		switch {
+		case !ok:
+		case strings.HasPrefix(rest, "ready in "):
+			ready = true
+		case strings.HasPrefix(rest, "complete") || strings.HasPrefix(rest, "failed") || strings.HasPrefix(rest, "rejected"):
+			return false
+		}
+	}
+	return ready
 }
 
 // measure reads the figures from the storage.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -56,6 +57,16 @@ func TestWorkerKilledMidTrial(t *testing.T) {
 	}
 	if fig.Launched != 8 || fig.Hosts < 1 {
 		t.Errorf("figures %s", fig)
+	}
+	// The killed worker's server was measuring: its job outlived the
+	// worker until the one taking the trial over cancelled it.
+	var outs []byte
+	for i := range 3 {
+		b, _ := os.ReadFile(filepath.Join(dir, "worker-"+strconv.Itoa(i)+".out"))
+		outs = append(outs, b...)
+	}
+	if want := fmt.Sprintf("trial %d cancelled its leftover Slurm job", fig.Killed); !bytes.Contains(outs, []byte(want)) {
+		t.Errorf("no worker says %q", want)
 	}
 	if active := slurmtest.ActiveJobs(t); active != "" {
 		t.Errorf("jobs left in the queue (the killed worker's job must be cancelled):\n%s", active)
