@@ -210,7 +210,7 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	}
 	for _, g := range groups[:parallel] {
 		if st.Slurmed() {
-			break
+			break // the GPUs are Slurm's, on other hosts
 		}
 		if err := launcher.CheckGPUsFree(ctx, g); err != nil {
 			return r.sum, fmt.Errorf("GPU group %s: %w", gpuList(g), err)

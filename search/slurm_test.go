@@ -3,6 +3,7 @@ package search
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,6 +64,27 @@ func TestSlurmBackend(t *testing.T) {
 	}
 	if active := slurmtest.ActiveJobs(t); active != "" {
 		t.Errorf("jobs left in the queue:\n%s", active)
+	}
+
+	// With every GPU of the cluster taken, one more trial stays pending:
+	// it is cancelled at launch.slurm.pending_timeout and stored as failed.
+	out, err := exec.Command("sbatch", "--parsable", "--nodes=2", "--gres=gpu:8", "--output=/dev/null", "--wrap=sleep 600").CombinedOutput()
+	if err != nil {
+		t.Fatalf("sbatch: %v: %s", err, out)
+	}
+	blocker := strings.TrimSpace(string(out))
+	defer exec.Command("scancel", blocker).Run()
+	st.Launch.Slurm.PendingTimeout = 3 * time.Second
+	sum, err = Run(ctx, Options{Study: st, Store: store, LogDir: t.TempDir(), Trials: 5, Parallel: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := sum.Records[len(sum.Records)-1]
+	if last.State != StateFailed || last.FailureClass != launcher.ClassSlurmPending || last.SlurmJob == "" || last.Host != "" {
+		t.Errorf("trial %d: %s %s job %q host %q (%s), want failed %s", last.Number, last.State, last.FailureClass, last.SlurmJob, last.Host, last.Reason, launcher.ClassSlurmPending)
+	}
+	if active := slurmtest.ActiveJobs(t); strings.Count(active, "\n") != 0 || !strings.HasPrefix(active, blocker+" ") {
+		t.Errorf("jobs in the queue besides the blocker %s:\n%s", blocker, active)
 	}
 }
 
