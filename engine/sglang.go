@@ -650,7 +650,7 @@ func (sglangRules) Check(v View, s Setup, p Prediction) []Rejection {
 			reject("kv_capacity", "predicted KV tokens %d: no memory left for the KV cache", p.KVTokens)
 		case perWorker > 0 && p.KVTokens/2 < perWorker && !s.AcceptReduced:
 			reject("limits_reduced", "predicted KV tokens %d // 2 = %d < %s", p.KVTokens, p.KVTokens/2, requestedText(&e))
-		case p.KVTokensNeeded > p.KVTokens+2*p.KVTokensErr:
+		case p.KVTokensNeeded > p.KVTokens:
 			reject("kv_capacity", "%s < %s", kvText(p), needText(s, p, &e))
 		}
 	}
@@ -661,7 +661,7 @@ func (sglangRules) Check(v View, s Setup, p Prediction) []Rejection {
 func kvText(p Prediction) string {
 	switch p.KVSource {
 	case "fitted":
-		return fmt.Sprintf("predicted KV tokens %d ± %d (fitted to earlier trials; 2 standard errors allowed)", p.KVTokens, p.KVTokensErr)
+		return fmt.Sprintf("predicted KV tokens %d ± %d (fitted to earlier trials' startups)", p.KVTokens, p.KVTokensErr)
 	case "observed":
 		return fmt.Sprintf("KV tokens %d (observed for the same memory settings)", p.KVTokens)
 	}

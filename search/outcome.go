@@ -11,6 +11,7 @@ import (
 	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/launcher"
 	"github.com/sgtune/sgtune/objective"
+	"github.com/sgtune/sgtune/space"
 )
 
 // errPruned ends a measurement that cannot come near the best so far.
@@ -158,4 +159,39 @@ func firstLine(s string) string {
 		}
 	}
 	return ""
+}
+
+// Outcome is how one launch of a config ended, as a study stores it.
+type Outcome struct {
+	State   string // StateComplete, StateFailed (StateInterrupted when cut short)
+	Class   string // failure class
+	Reason  string
+	Score   float64 // the objective's value (complete trials)
+	ScoreOK bool    // it met the SLOs and gates
+}
+
+// Value is what the sampler is told: the score of a complete trial that
+// met its SLOs and gates, else 0.
+func (o Outcome) Value() float64 {
+	if o.State == StateComplete && o.ScoreOK {
+		return o.Score
+	}
+	return 0
+}
+
+// Decide is a trial's one decision, for tools that drive a Backend
+// themselves (bench-search's landscape): how a launch ended, from Start's
+// error, the started server's facts (a reduced limit fails it), the
+// measurement and how the server stopped.
+func Decide(st *space.Study, startErr error, facts engine.Facts, res *objective.Result, measureErr error, crash *launcher.Failure) Outcome {
+	o := observed{startErr: startErr, result: res, measureErr: measureErr, crash: crash}
+	if startErr == nil {
+		o.limits = limitsReduced(facts, st.OnLimitsReduced)
+	}
+	out := decide(o, st.Score)
+	r := Outcome{State: out.State, Class: out.Class, Reason: out.Reason, ScoreOK: out.ScoreOK}
+	if out.Score != nil {
+		r.Score = *out.Score
+	}
+	return r
 }

@@ -113,7 +113,7 @@ func (p *predictor) KV(x []float64, prior float64) (kv, stderr float64, ok bool)
 		i := nearest(xs, x, varying)
 		return prior + ys[i], 0, true
 	}
-	fit, se, ok := ridge(xs, ys, varying, x)
+	fit, se, ok := ridge(xs, ys, varying, x, prior != 0)
 	if !ok {
 		i := nearest(xs, x, varying)
 		return prior + ys[i], 0, true
@@ -169,10 +169,10 @@ func nearest(xs [][]float64, x []float64, cols []int) int {
 	return best
 }
 
-// ridge fits y ~ b0 + sum b_j x_j over cols with a small ridge penalty on
-// standardised features and returns the prediction at x with its standard
-// error.
-func ridge(xs [][]float64, ys []float64, cols []int, x []float64) (pred, se float64, ok bool) {
+// ridge fits y ~ b0 + sum b_j x_j over cols with a ridge penalty on
+// standardised features (strong when y is a residual from a hint) and
+// returns the prediction at x with its standard error.
+func ridge(xs [][]float64, ys []float64, cols []int, x []float64, hinted bool) (pred, se float64, ok bool) {
 	n, k := len(ys), len(cols)+1
 	mean := make([]float64, len(cols))
 	sd := make([]float64, len(cols))
@@ -204,7 +204,17 @@ func ridge(xs [][]float64, ys []float64, cols []int, x []float64) (pred, se floa
 	y := mat.NewVecDense(n, ys)
 	var ata mat.Dense
 	ata.Mul(A.T(), A)
-	const lambda = 1e-6
+	// The slopes are shrunk hard (a penalty of 0.1 per observation on
+	// standardised features): with a hint, a residual that is the same
+	// everywhere (another machine's offset) needs no slope, and a slope
+	// fitted to a few, collinear startups would extrapolate wildly (seen:
+	// 33k predicted for an EAGLE config whose engine reported 23.5k).
+	// Without a hint the data have to carry the slopes; a light penalty
+	// only keeps the system solvable.
+	lambda := 1e-6
+	if hinted {
+		lambda = 0.1
+	}
 	for j := 1; j < k; j++ { // the intercept is not penalised
 		ata.Set(j, j, ata.At(j, j)+lambda*float64(n))
 	}

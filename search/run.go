@@ -115,6 +115,7 @@ type runner struct {
 	budget   int
 	best     *float64
 	skips    int // consecutive proposals that launched nothing
+	repeats  int // consecutive proposals that repeated a known config
 	sum      Summary
 	// confirming: the workers run queued confirmation runs only.
 	confirming bool
@@ -195,7 +196,7 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		return r.sum, errext.Bad(fmt.Errorf("--parallel %d exceeds the %d GPU group(s) of the study", parallel, len(groups)))
 	}
 
-	smp, gridSize, err := newSampler(st)
+	smp, gridSize, err := newSampler(st, r.repeated)
 	r.gridSize = gridSize
 	if err != nil {
 		return r.sum, errext.Bad(fmt.Errorf("%s: budget.sampler: %w", st.Path, err))
@@ -447,6 +448,13 @@ func (r *runner) skipped() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.skips
+}
+
+// repeated reports whether the last proposal repeated a known config.
+func (r *runner) repeated() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.repeats > 0
 }
 
 // waiting counts the trials queued to be re-run.

@@ -562,3 +562,25 @@ func TestDeclare(t *testing.T) {
 		t.Error("a winner from nothing")
 	}
 }
+
+// TestTPEDoesNotStallOnDuplicates: on a space of 16 configs whose last
+// param is conditional (TPE cannot tell a repeat before its last param,
+// and a config without it is complete earlier), TPE fills a
+// budget of 12 launches without proposing the same config over and over
+// (a duplicate teaches it nothing; the loop hands the next ask to random).
+func TestTPEDoesNotStallOnDuplicates(t *testing.T) {
+	st, store, _ := openFake(t, "trials: 6, sampler: random", "trials: 12, sampler: tpe",
+		"- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}",
+		"- {name: slots, type: int, low: 64, high: 128, step: 64, flag: --max-mamba-cache-size}\n"+
+			"  - {name: spec, type: categorical, choices: [none, EAGLE], values: {none: '', EAGLE: --speculative-algorithm EAGLE --speculative-eagle-topk 1}}\n"+
+			"  - {name: steps, type: int, low: 1, high: 3, flag: --speculative-num-steps, when: \"spec == 'EAGLE'\"}")
+	b := &fakeBackend{}
+	sum, err, _ := runFake(t, context.Background(), st, store, b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := states(sum.Records)
+	if len(b.launches) != 12 || len(sum.Records) > 60 {
+		t.Errorf("%d launches, %d trials stored (%v); want the budget of 12 without a long run of duplicates", len(b.launches), len(sum.Records), c)
+	}
+}

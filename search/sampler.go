@@ -16,8 +16,9 @@ import (
 // newSampler builds the sampler a study names (budget.sampler), seeded by
 // budget.seed, and the number of grid points for the grid (else 0). Draws
 // are keyed by trial number inside the sampler, so a resumed study with
-// the same stored trials proposes what it would have.
-func newSampler(st *space.Study) (goptuna.Sampler, int, error) {
+// the same stored trials proposes what it would have. repeated tells
+// whether the last proposal repeated a known config (see escape).
+func newSampler(st *space.Study, repeated func() bool) (goptuna.Sampler, int, error) {
 	opts := []sampler.Option{sampler.WithClassifier(classify)}
 	var points []map[string]float64
 	if st.Budget.Sampler == "grid" {
@@ -36,7 +37,31 @@ func newSampler(st *space.Study) (goptuna.Sampler, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	if st.Budget.Sampler != "grid" && st.Budget.Sampler != "random" {
+		s = escape{model: s, random: sampler.NewRandom(st.Budget.Seed), repeated: repeated}
+	}
 	return fixedFirst{s}, len(points), nil
+}
+
+// escape hands the next trial to the random sampler when the last proposal
+// repeated a config already measured, running or known bad. A model
+// sampler is not told anything by such a proposal (a duplicate is not a
+// new observation), and over a small discrete space its choice is mostly
+// the same argmax whatever its draws: without the escape it would propose
+// the same config until the study gave up (seen on studies of a few
+// hundred configs). Random draws are keyed by trial number, so each
+// escape lands elsewhere.
+type escape struct {
+	model, random goptuna.Sampler
+	repeated      func() bool
+}
+
+// Sample implements goptuna.Sampler.
+func (e escape) Sample(study *goptuna.Study, trial goptuna.FrozenTrial, name string, dist interface{}) (float64, error) {
+	if e.repeated != nil && e.repeated() {
+		return e.random.Sample(study, trial, name, dist)
+	}
+	return e.model.Sample(study, trial, name, dist)
 }
 
 // classify tells the samplers how sgtune's trials teach: a measured config

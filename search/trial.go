@@ -186,6 +186,9 @@ func (r *runner) screen(t *trialRun) (skip bool, err error) {
 	if err != nil || !ok {
 		return false, err
 	}
+	r.mu.Lock()
+	r.repeats++
+	r.mu.Unlock()
 	switch prev.State {
 	case StateFailed:
 		return true, r.skip(t, StateInfeasible, ClassKnownBadConfig,
@@ -318,7 +321,7 @@ func configKey(cfg *space.Config) string {
 // outcome (an interrupted trial gives its launch back when it ends FAIL).
 func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 	r.mu.Lock()
-	r.skips = 0
+	r.skips, r.repeats = 0, 0
 	r.mu.Unlock()
 	kind := r.st.Engine.Kind
 	argv := r.st.Argv(t.cfg)

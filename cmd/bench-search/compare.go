@@ -3,50 +3,36 @@ package main
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/objective"
-	"github.com/sgtune/sgtune/sim/virtual"
+	"github.com/sgtune/sgtune/search"
 	"github.com/sgtune/sgtune/space"
+	"github.com/sgtune/sgtune/storage"
 )
 
-// method is a search method under test.
-type method interface {
-	Name() string
-	// New starts one search of st with seed.
-	New(st *space.Study, seed uint64) proposer
+// method is a search method under test: the study loop itself (search.Run,
+// with its duplicate checks, crash regions, learned feasibility and
+// pruning) driven by one of its samplers (budget.sampler).
+type method struct{ Name, Sampler string }
+
+// methods are those the comparison runs: ours, and the baselines.
+var methods = []method{
+	{"ours", "tpe"},
+	{"ours_multivariate", "tpe-multivariate"},
+	{"random", "random"},
+	{"goptuna_tpe", "goptuna-tpe"},
+	{"grid", "grid"},
 }
-
-// proposer is one search in progress.
-type proposer interface {
-	// Next proposes the next point.
-	Next() (space.Params, error)
-	// Tell reports what became of a proposal: its value (0 when it
-	// failed, was infeasible or missed the SLO), whether it was launched.
-	Tell(p space.Params, value float64, launched bool)
-}
-
-// randomMethod draws uniformly from the space.
-type randomMethod struct{}
-
-func (randomMethod) Name() string { return "random" }
-
-func (randomMethod) New(st *space.Study, seed uint64) proposer {
-	return &randomSearch{st: st, g: space.NewRandomSuggester(int64(seed))}
-}
-
-type randomSearch struct {
-	st *space.Study
-	g  *space.RandomSuggester
-}
-
-func (r *randomSearch) Next() (space.Params, error)      { return r.st.Suggest(r.g) }
-func (r *randomSearch) Tell(space.Params, float64, bool) {}
 
 // comparison runs methods on a study against its landscape.
 type comparison struct {
@@ -58,6 +44,8 @@ type comparison struct {
 	NoiseCV   float64
 	Workers   int
 	Log       io.Writer
+	// Preflight is the study's, computed once for every search.
+	Preflight *search.Preflight
 }
 
 // searchRun is one search (a method and a seed).
@@ -71,8 +59,12 @@ type searchRun struct {
 	// Regret[n-1] is 1 - true score of the winner after n launches / best.
 	Regret []float64
 	// InfeasibleLaunches counts launches of statically infeasible
-	// configs; CrashLaunches launches that crashed (startup or serving).
-	InfeasibleLaunches, CrashLaunches int
+	// configs; CrashLaunches launches that crashed (startup or serving);
+	// Pruned launches stopped after a cheap level.
+	InfeasibleLaunches, CrashLaunches, Pruned int
+	// Stored is every trial the study stored (launches, rejections,
+	// duplicates).
+	Stored int
 }
 
 // crashClasses are the failure classes of a crash.
@@ -82,79 +74,94 @@ var crashClasses = map[string]bool{
 }
 
 // Run runs every method Seeds times.
-func (c *comparison) Run(ctx context.Context, methods []method) ([]searchRun, error) {
+func (c *comparison) Run(ctx context.Context, ms []method) ([]searchRun, error) {
 	ls := c.Landscape
 	if ls.Best < 0 || ls.Configs[ls.Best].Mean <= 0 {
 		return nil, fmt.Errorf("the landscape has no config with a positive true score: nothing to find")
 	}
 	index := map[string]int{}
 	for i, ct := range ls.Configs {
-		index[ct.Params.String()] = i
+		cfg, err := c.Study.Resolve(ct.Params, nil)
+		if err != nil {
+			return nil, fmt.Errorf("landscape config %s: %w", ct.Params, err)
+		}
+		index[strings.Join(cfg.Flags, " ")] = i
 	}
 	best := ls.Configs[ls.Best].Mean
-	jobs := len(methods) * c.Seeds
+	jobs := len(ms) * c.Seeds
 	runs := make([]searchRun, jobs)
+	var done atomic.Int64
 	err := parallel(ctx, c.Workers, jobs, func(j int) error {
-		m, seed := methods[j/c.Seeds], j%c.Seeds+1
+		m, seed := ms[j/c.Seeds], j%c.Seeds+1
 		r, err := c.search(ctx, m, seed, index, best)
 		runs[j] = r
+		if n := done.Add(1); c.Log != nil {
+			fmt.Fprintf(c.Log, "  %s seed %d: %d launches to 97%% (%d/%d searches)\n", m.Name, seed, r.TrialsTo97, n, jobs)
+		}
 		return err
 	})
 	return runs, err
 }
 
-// search runs one search and scores it against the landscape.
+// search runs one study (a method and a seed) through the study loop on
+// the simulator's engine in virtual time, then scores it against the
+// landscape: after each launch, the winner the study would declare (its
+// best measured trial) and that winner's true score.
 func (c *comparison) search(ctx context.Context, m method, seed int, index map[string]int, best float64) (searchRun, error) {
 	ls := c.Landscape
-	run := searchRun{Method: m.Name(), Seed: seed, TrialsTo97: c.Budget + 1}
-	rng := rand.New(rand.NewPCG(uint64(seed), 0xbe5c))
-	p := m.New(c.Study, uint64(seed))
-	seen := map[string]float64{}
-	winner, winnerValue := -1, -1.0
-	for proposals := 0; len(run.Regret) < c.Budget; proposals++ {
-		if proposals > 100*c.Budget {
-			return run, fmt.Errorf("%s seed %d: %d proposals without filling the budget", m.Name(), seed, proposals)
-		}
-		params, err := p.Next()
-		if err != nil {
-			return run, fmt.Errorf("%s seed %d: %w", m.Name(), seed, err)
-		}
-		cfg, err := c.Study.Resolve(params, nil)
-		if err != nil {
-			return run, fmt.Errorf("%s seed %d: %w", m.Name(), seed, err)
-		}
-		key := strings.Join(cfg.Flags, " ")
-		if v, ok := seen[key]; ok {
-			p.Tell(cfg.Params, v, false) // a duplicate is not launched again
+	run := searchRun{Method: m.Name, Seed: seed, TrialsTo97: c.Budget + 1}
+	st := *c.Study
+	st.Budget.Sampler, st.Budget.Seed, st.Budget.Trials = m.Sampler, int64(seed), c.Budget
+	st.Budget.Confirm, st.Budget.Parallel, st.Budget.Timeout = 0, 1, 0
+	dir, err := os.MkdirTemp("", "bench-search-")
+	if err != nil {
+		return run, err
+	}
+	defer os.RemoveAll(dir)
+	store, err := storage.Open(filepath.Join(dir, "study.db"))
+	if err != nil {
+		return run, err
+	}
+	defer store.Close()
+	// Each launch draws the simulator's randomness and the measurement
+	// noise afresh, reproducibly per method and seed.
+	rng := rand.New(rand.NewPCG(uint64(seed), hashString(m.Name)))
+	b := &virtualBackend{profile: c.Profile, noiseCV: c.NoiseCV, command: len(st.Engine.Command),
+		draws: func() (uint64, uint64) { return rng.Uint64(), rng.Uint64() }}
+	sum, err := search.Run(ctx, search.Options{Study: &st, Store: store, Backend: b, LogDir: dir, Parallel: 1,
+		Preflight: c.Preflight, Getenv: func(string) string { return "" }})
+	if err != nil {
+		return run, fmt.Errorf("%s seed %d: %w", m.Name, seed, err)
+	}
+	run.Stored = len(sum.Records)
+	winner, winnerScore := -1, 0.0
+	for _, rec := range sum.Records {
+		launched := rec.State == search.StateComplete || rec.State == search.StateFailed || rec.State == search.StatePruned
+		if !launched || rec.ConfirmOf != nil {
 			continue
 		}
-		idx, ok := index[cfg.Params.String()]
+		idx, ok := index[strings.Join(rec.Flags(), " ")]
 		if !ok {
-			return run, fmt.Errorf("%s seed %d: %s is not in the landscape", m.Name(), seed, cfg.Params)
-		}
-		if len(c.Study.Check(cfg)) > 0 {
-			seen[key] = 0
-			p.Tell(cfg.Params, 0, false) // rejected before launch
-			continue
+			return run, fmt.Errorf("%s seed %d: trial %d's config is not in the landscape", m.Name, seed, rec.Number)
 		}
 		if !ls.Configs[idx].Launched() {
 			run.InfeasibleLaunches++
+			if c.Log != nil {
+				fmt.Fprintf(c.Log, "  %s seed %d: trial %d launched a statically infeasible config: %s (%s)\n",
+					m.Name, seed, rec.Number, ls.Configs[idx].Params, ls.Configs[idx].Reject)
+			}
 		}
-		o, err := c.launch(ctx, cfg, rng)
-		if err != nil {
-			return run, err
-		}
-		if crashClasses[o.Class] {
+		if crashClasses[rec.FailureClass] {
 			run.CrashLaunches++
 		}
-		v := o.Value()
-		seen[key] = v
-		p.Tell(cfg.Params, v, true)
-		if v > winnerValue {
-			winner, winnerValue = idx, v
+		if rec.State == search.StatePruned {
+			run.Pruned++
+		}
+		if rec.State == search.StateComplete && rec.ScoreOK && rec.Score != nil && *rec.Score > winnerScore {
+			winner, winnerScore = idx, *rec.Score
 		}
 		truth := 0.0
-		if winnerValue > 0 {
+		if winner >= 0 {
 			truth = ls.Configs[winner].Mean
 		}
 		run.Regret = append(run.Regret, 1-truth/best)
@@ -162,23 +169,28 @@ func (c *comparison) search(ctx context.Context, m method, seed int, index map[s
 			run.TrialsTo97 = len(run.Regret)
 		}
 	}
+	// A study that stopped early (its space exhausted) keeps its winner.
+	for len(run.Regret) < c.Budget {
+		last := 1.0
+		if n := len(run.Regret); n > 0 {
+			last = run.Regret[n-1]
+		}
+		run.Regret = append(run.Regret, last)
+	}
 	return run, nil
 }
 
-// launch runs one trial of cfg as a real launch would: a fresh draw of the
-// simulator's randomness and measurement noise.
-func (c *comparison) launch(ctx context.Context, cfg *space.Config, rng *rand.Rand) (outcome, error) {
-	opt := virtual.Options{Profile: c.Profile, Seed: rng.Uint64(), NoiseCV: c.NoiseCV, NoiseSeed: rng.Uint64()}
-	srv, o, err := start(ctx, c.Study, cfg, opt)
-	if err != nil || srv == nil {
-		return o, err
-	}
-	return measure(ctx, c.Study, srv, o.Facts)
+// hashString tells the methods' random streams apart.
+func hashString(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
 }
 
 // printComparison prints per method the median launches to 97%, the
-// median regret curve and the infeasible and crash launches, then one
-// line per method with the median.
+// median regret curve and the infeasible, crash and pruned launches; its
+// last line is the summary: ours, random and goptuna's TPE, and the
+// statically infeasible and crash launches of ours (summed over seeds).
 func printComparison(w io.Writer, runs []searchRun, budget int) {
 	by := map[string][]searchRun{}
 	var names []string
@@ -189,18 +201,24 @@ func printComparison(w io.Writer, runs []searchRun, budget int) {
 		by[r.Method] = append(by[r.Method], r)
 	}
 	fmt.Fprintf(w, "\nsearch methods (%d launches each; launches to a winner with true score >= 97%% of the best, %d = never)\n", budget, budget+1)
-	var last []string
+	medians := map[string]float64{}
+	sums := map[string][3]int{}
 	for _, name := range names {
 		rs := by[name]
 		to := make([]float64, len(rs))
-		inf, crash := 0, 0
+		var inf, crash, pruned, stored int
 		for i, r := range rs {
 			to[i] = float64(r.TrialsTo97)
 			inf += r.InfeasibleLaunches
 			crash += r.CrashLaunches
+			pruned += r.Pruned
+			stored += r.Stored
 		}
-		fmt.Fprintf(w, "  %-12s median %g (per seed %v), infeasible launches %d, crash launches %d\n", name, median(to), ints(to), inf, crash)
-		fmt.Fprintf(w, "  %-12s median regret after n launches:", "")
+		medians[name] = median(to)
+		sums[name] = [3]int{inf, crash, pruned}
+		fmt.Fprintf(w, "  %-18s median %g (per seed %v); infeasible launches %d, crash launches %d, pruned %d; %.1f trials stored per search\n",
+			name, median(to), ints(to), inf, crash, pruned, float64(stored)/float64(len(rs)))
+		fmt.Fprintf(w, "  %-18s median regret after n launches:", "")
 		for _, n := range []int{1, 5, 10, 15, 20, 25, 30, 50, 100} {
 			if n > budget {
 				break
@@ -212,9 +230,9 @@ func printComparison(w io.Writer, runs []searchRun, budget int) {
 			fmt.Fprintf(w, " n=%d %.1f%%", n, median(reg)*100)
 		}
 		fmt.Fprintln(w)
-		last = append(last, fmt.Sprintf("%s_trials_to_97=%g", strings.ReplaceAll(name, "-", "_"), median(to)))
 	}
-	fmt.Fprintln(w, strings.Join(last, " "))
+	fmt.Fprintf(w, "ours_trials_to_97=%g random_trials_to_97=%g goptuna_tpe_trials_to_97=%g infeasible_launches=%d crash_launches=%d\n",
+		medians["ours"], medians["random"], medians["goptuna_tpe"], sums["ours"][0], sums["ours"][1])
 }
 
 func median(xs []float64) float64 {

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/sgtune/sgtune/engine"
+	"github.com/sgtune/sgtune/launcher"
+	"github.com/sgtune/sgtune/search"
 	"github.com/sgtune/sgtune/sim"
 	"github.com/sgtune/sgtune/sim/virtual"
 	"github.com/sgtune/sgtune/space"
@@ -153,16 +155,24 @@ func ComputeLandscape(ctx context.Context, st *space.Study, opt landscapeOptions
 	vopt := virtual.Options{Profile: opt.Profile}
 	err := parallel(ctx, opt.Workers, len(feasible), func(i int) error {
 		c := feasible[i]
-		srv, o, err := start(ctx, st, c.cfg, vopt)
+		srv, facts, err := startVirtual(ctx, c.cfg.Flags, vopt)
+		var f *launcher.Failure
+		if errors.As(err, &f) {
+			ct := &ls.Configs[c.idx]
+			ct.Class, ct.Reason = f.Class, f.Reason
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		if srv == nil {
+		// A server whose limits the engine reduced fails the trial right
+		// after startup: it is never measured.
+		if o := search.Decide(st, nil, facts, nil, nil, nil); o.Class == search.ClassLimitsReduced {
 			ct := &ls.Configs[c.idx]
 			ct.Class, ct.Reason = o.Class, o.Reason
 			return nil
 		}
-		c.srv, c.facts = srv, o.Facts
+		c.srv, c.facts = srv, facts
 		c.kv, c.chunk = srv.Plan().KVTokens, srv.Plan().ChunkedPrefill
 		return nil
 	})
@@ -207,14 +217,14 @@ func ComputeLandscape(ctx context.Context, st *space.Study, opt landscapeOptions
 			type entry struct {
 				kv, chunk int
 				span      sim.Span
-				o         outcome
+				o         search.Outcome
 			}
 			for draw := from; draw < to; draw++ {
 				var memo []entry
 				for _, c := range group {
 					ct := &ls.Configs[c.idx]
 					ct.Group = g
-					var o *outcome
+					var o *search.Outcome
 					for i := range memo {
 						if e := &memo[i]; !opt.NoShare && covers(e.kv, e.chunk, e.span, c.kv, c.chunk) {
 							o = &e.o
@@ -227,17 +237,16 @@ func ComputeLandscape(ctx context.Context, st *space.Study, opt landscapeOptions
 						if err != nil {
 							return err
 						}
-						out, err := measure(ctx, st, srv, c.facts)
+						out, err := try(ctx, st, srv, c.facts)
 						if err != nil {
 							return err
 						}
-						out.Result = nil // keep memory flat
 						memo = append(memo, entry{kv: c.kv, chunk: c.chunk, span: srv.Span(), o: out})
 						o = &memo[len(memo)-1].o
 						runs.Add(1)
 					}
 					ct.Values = append(ct.Values, o.Value())
-					if o.State == stateFailed {
+					if o.State == search.StateFailed {
 						ct.Failed++
 						if ct.Class == "" {
 							ct.Class, ct.Reason = o.Class, o.Reason

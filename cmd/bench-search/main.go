@@ -30,6 +30,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sgtune/sgtune/search"
 	"github.com/sgtune/sgtune/sim"
 	"github.com/sgtune/sgtune/space"
 )
@@ -122,8 +123,14 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	if *onlyLandscape {
 		return 0
 	}
-	cmp := comparison{Study: st, Profile: *profile, Landscape: ls, Seeds: *seeds, Budget: *budget, NoiseCV: *noiseCV, Workers: *workers, Log: progress}
-	res, err := cmp.Run(ctx, []method{randomMethod{}})
+	pre := search.Check(st, os.Getenv)
+	if err := pre.NoFeasible(); err != nil {
+		fmt.Fprintln(stderr, "bench-search:", err)
+		return 2
+	}
+	cmp := comparison{Study: st, Profile: *profile, Landscape: ls, Seeds: *seeds, Budget: *budget, NoiseCV: *noiseCV,
+		Workers: *workers, Log: progress, Preflight: &pre}
+	res, err := cmp.Run(ctx, methods)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench-search:", err)
 		return 1

@@ -1,13 +1,12 @@
 package main
 
 import (
-	"github.com/sgtune/sgtune/engine"
-
 	"context"
 	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/launcher"
 	"github.com/sgtune/sgtune/objective"
 	"github.com/sgtune/sgtune/search"
@@ -15,94 +14,95 @@ import (
 	"github.com/sgtune/sgtune/space"
 )
 
-// Trial states, as `sgtune run` stores them.
-const (
-	stateComplete = search.StateComplete
-	stateFailed   = search.StateFailed
-)
-
-// outcome is what `sgtune run` would record for one launch of a config,
-// decided the way search's trial loop decides it, from a virtual launch.
-type outcome struct {
-	State   string  `json:"state"`           // complete | failed
-	Class   string  `json:"class,omitempty"` // failure class when failed
-	Reason  string  `json:"reason,omitempty"`
-	Score   float64 `json:"score"` // objective.Score's value
-	ScoreOK bool    `json:"score_ok"`
-	// Facts are what the launcher parsed from the startup log.
-	Facts engine.Facts `json:"-"`
-	// Result is the measurement (nil when the launch failed).
-	Result *objective.Result `json:"-"`
+// virtualBackend is a search.Backend whose servers are the simulator's
+// engine in virtual time: the study loop starts, measures and stops them
+// exactly as it does launched processes, and classifies their ends from
+// their logs with the launcher's own classification.
+type virtualBackend struct {
+	profile string
+	noiseCV float64
+	// command is how many words of a trial's argv are the engine command
+	// (the rest are the config's flags).
+	command int
+	// draws returns the simulator and noise seeds of the next launch.
+	draws func() (seed, noise uint64)
 }
 
-// Value is what the sampler sees: the score when the trial completed and
-// met its SLOs and gates, else 0 (search.reported).
-func (o outcome) Value() float64 {
-	if o.State == stateComplete && o.ScoreOK {
-		return o.Score
+var _ search.Backend = (*virtualBackend)(nil)
+
+// Start implements search.Backend.
+func (b *virtualBackend) Start(ctx context.Context, spec launcher.Spec) (search.Running, error) {
+	if len(spec.Argv) < b.command {
+		return nil, fmt.Errorf("virtual launch: argv %q is shorter than the engine command", spec.Argv)
 	}
-	return 0
+	seed, noise := b.draws()
+	flags := spec.Argv[b.command:]
+	srv, facts, err := startVirtual(ctx, flags, virtual.Options{Profile: b.profile, Seed: seed, NoiseCV: b.noiseCV, NoiseSeed: noise})
+	if err != nil {
+		return nil, err
+	}
+	return &virtualRunning{srv: srv, facts: facts}, nil
 }
 
-// start launches cfg virtually. It returns the server when the launch
-// succeeded and passed the limits check; otherwise the failed outcome.
-func start(ctx context.Context, st *space.Study, cfg *space.Config, opt virtual.Options) (*virtual.Server, outcome, error) {
-	srv, err := virtual.Start(ctx, cfg.Flags, opt)
+// startVirtual starts a config in virtual time; a startup failure is a
+// *launcher.Failure classified from the startup log.
+func startVirtual(ctx context.Context, flags []string, opt virtual.Options) (*virtual.Server, engine.Facts, error) {
+	srv, err := virtual.Start(ctx, flags, opt)
 	var se *virtual.StartupError
 	switch {
 	case errors.As(err, &se):
-		f := launcher.ClassifyLog(engine.SGLang, strings.NewReader(strings.Join(se.Log, "\n")+"\n"), se.ExitCode, false)
-		return nil, outcome{State: stateFailed, Class: f.Class, Reason: f.Reason}, nil
+		return nil, engine.Facts{}, launcher.ClassifyLog(engine.SGLang, strings.NewReader(strings.Join(se.Log, "\n")+"\n"), se.ExitCode, false)
 	case err != nil:
-		return nil, outcome{}, err
+		return nil, engine.Facts{}, err
 	}
+	facts, err := virtualFacts(srv)
+	return srv, facts, err
+}
+
+// virtualFacts parses a virtual server's startup log as the launcher does.
+func virtualFacts(srv *virtual.Server) (engine.Facts, error) {
 	fp := engine.SGLang.NewLogParser()
 	for _, l := range srv.Log() {
 		fp.Line(l)
 	}
-	facts := fp.Facts()
 	if !fp.Ready() {
-		return nil, outcome{}, fmt.Errorf("virtual startup of %s: no ready line", cfg.Params)
+		return engine.Facts{}, errors.New("virtual startup: no ready line")
 	}
-	// The engine may cap running requests below what was asked; the
-	// study says whether that fails the trial (search.launch).
-	if req := facts.RequestedMaxRunningRequests; req > 0 && facts.MaxRunningRequests > 0 &&
-		facts.MaxRunningRequests < req && st.OnLimitsReduced != "accept" {
-		return nil, outcome{State: stateFailed, Class: search.ClassLimitsReduced, Facts: facts,
-			Reason: fmt.Sprintf("the engine reduced max_running_requests from %d to %d (on_limits_reduced: reject)", req, facts.MaxRunningRequests)}, nil
-	}
-	return srv, outcome{Facts: facts}, nil
+	return fp.Facts(), nil
 }
 
-// measure runs the study's workload on srv and decides the outcome as
-// search does after objective.Run: a crash is classified from the log, a
-// measurement error by its kind, else the score.
-func measure(ctx context.Context, st *space.Study, srv *virtual.Server, facts engine.Facts) (outcome, error) {
-	res, merr := srv.Measure(ctx, st.Workload, objective.Options{})
-	o := outcome{Facts: facts, Result: res}
-	if ctx.Err() != nil {
-		return o, ctx.Err()
-	}
+// virtualRunning is a started virtual server.
+type virtualRunning struct {
+	srv   *virtual.Server
+	facts engine.Facts
+}
+
+func (v *virtualRunning) Facts() engine.Facts { return v.facts }
+
+func (v *virtualRunning) Measure(ctx context.Context, w objective.Workload, opt objective.Options) (*objective.Result, error) {
+	return v.srv.Measure(ctx, w, opt)
+}
+
+// Stop implements search.Running: a virtual server that crashed during the
+// measurement is classified from its log, as a process would be.
+func (v *virtualRunning) Stop(context.Context) (*launcher.Failure, error) {
+	return crashOf(v.srv), nil
+}
+
+// crashOf classifies how a virtual server ended (nil while it runs).
+func crashOf(srv *virtual.Server) *launcher.Failure {
 	if code, exited := srv.Exited(); exited {
-		f := launcher.ClassifyLog(engine.SGLang, strings.NewReader(srv.LogText()), code, true)
-		o.State, o.Class, o.Reason = stateFailed, f.Class, f.Reason
-		return o, nil
+		return launcher.ClassifyLog(engine.SGLang, strings.NewReader(srv.LogText()), code, true)
 	}
-	if merr != nil {
-		o.State, o.Reason = stateFailed, merr.Error()
-		switch {
-		case errors.Is(merr, objective.ErrHang):
-			o.Class = engine.ClassHang
-		case errors.Is(merr, objective.ErrQuality):
-			o.Class = search.ClassQuality
-		case errors.Is(merr, objective.ErrFailedRequests):
-			o.Class = search.ClassRequestsFailed
-		default:
-			o.Class = search.ClassMeasurement
-		}
-		return o, nil
+	return nil
+}
+
+// try measures one launch of a started (or relaunched) virtual server and
+// decides its outcome as the study loop does (search.Decide).
+func try(ctx context.Context, st *space.Study, srv *virtual.Server, facts engine.Facts) (search.Outcome, error) {
+	res, merr := srv.Measure(ctx, st.Workload, objective.Options{})
+	if ctx.Err() != nil {
+		return search.Outcome{}, ctx.Err()
 	}
-	o.State = stateComplete
-	o.Score, o.ScoreOK, o.Reason = objective.Score(st.Score, res)
-	return o, nil
+	return search.Decide(st, nil, facts, res, merr, crashOf(srv)), nil
 }
