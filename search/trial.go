@@ -29,6 +29,7 @@ var deterministicClasses = map[string]bool{
 	engine.ClassStartupCrash:        true,
 	engine.ClassCrashed:             true,
 	engine.ClassBadCommand:          true,
+	engine.ClassModelLoad:           true,
 	engine.ClassHang:                true,
 	ClassQuality:                    true,
 	ClassLimitsReduced:              true,
