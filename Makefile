@@ -10,7 +10,7 @@ export GOFLAGS := $(if $(SQLITE_TAG),-tags=$(SQLITE_TAG)) -buildvcs=false
 # The study files name their engines as commands on PATH (sglang-sim here).
 export PATH := $(CURDIR)/bin:$(PATH)
 
-.PHONY: all build test demo lint soak calibrate bench-loadgen clean report-check export-check llama-server
+.PHONY: all build test demo demo-cluster lint soak calibrate bench-loadgen clean report-check export-check llama-server
 
 all: build
 
@@ -54,6 +54,14 @@ export-check: build
 	bash -n out/best-launch-docker.sh
 	shellcheck --severity=style out/best-launch.sh out/best-launch-docker.sh scripts/report-check.sh
 
+# Beyond one machine: four `sgtune worker` processes share one PostgreSQL
+# study of 40 trials, each trial a Slurm job on a local two-node cluster
+# with fake GPUs; one worker is killed with kill -9 mid-trial and its trial
+# must be re-run by another. Starts and stops Slurm and PostgreSQL itself
+# (as root: slurmd); the last line holds the figures read from the storage.
+demo-cluster: build
+	scripts/demo-cluster.sh
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
@@ -63,10 +71,11 @@ soak:
 	SGTUNE_LONG=1 $(GO) test -count=1 -timeout 20m -run TestSoak -v ./cmd/sgtune
 
 # Simulator vs published seed figures, through sgtune's own load generator
-# (about 5 minutes): the five passing seed-000 runs, the failing runs, the
-# cold first repeat, and the seed-004 matrix. --strict exits 1 on any miss.
+# (about 10 minutes): the five passing seed-000 runs, the failing runs, the
+# cold first repeat, the seed-004 matrix, and the virtual clock against the
+# live simulator and the seed. --strict exits 1 on any miss.
 calibrate: build
-	$(GO) run ./cmd/calibrate --faults --cold --matrix
+	$(GO) run ./cmd/calibrate --faults --cold --matrix --virtual
 
 # Client CPU per streamed chunk, sgtune's reader vs go-openai's Recv(), and
 # the TTFT error against an injected delay at C128; last line is the summary.

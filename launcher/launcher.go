@@ -162,8 +162,14 @@ func (s *Server) Failure() *Failure {
 
 // newFailure builds a Failure from the log as it is now.
 func (s *Server) newFailure(class string, code int, m *logMatch, err error) *Failure {
-	f := &Failure{Class: class, ExitCode: code, Err: err, Reason: s.sink.reason(m),
-		Tail: s.sink.Tail(tailLines)}
+	return sinkFailure(s.sink, class, code, m, err)
+}
+
+// sinkFailure builds a Failure from a log sink as it is now (local
+// processes and Slurm jobs alike).
+func sinkFailure(sink *lineSink, class string, code int, m *logMatch, err error) *Failure {
+	f := &Failure{Class: class, ExitCode: code, Err: err, Reason: sink.reason(m),
+		Tail: sink.Tail(tailLines)}
 	if err != nil && (m == nil || m.line == "") {
 		// An exec error or a timeout says more than any log line.
 		f.Reason = err.Error()
@@ -171,7 +177,7 @@ func (s *Server) newFailure(class string, code int, m *logMatch, err error) *Fai
 	if f.Reason == "" {
 		f.Reason = fmt.Sprintf("exited with status %d", code)
 	}
-	f.Excerpt = s.sink.excerpt(m)
+	f.Excerpt = sink.excerpt(m)
 	return f
 }
 

@@ -13,7 +13,7 @@ import (
 
 // runChat is the seed-000 sweep: per concurrency level an uncounted
 // warm-up, then Repeats measured points; quality gates before and after.
-func runChat(ctx context.Context, c *client, model string, w Workload, opt Options, res *Result) error {
+func runChat(ctx context.Context, c looper, model string, w Workload, opt Options, res *Result) error {
 	spec := w.Chat
 	hang := time.Duration(w.HangTimeout * float64(time.Second))
 	res.ReusePrompts = spec.ReusePrompts
@@ -67,6 +67,16 @@ func runChat(ctx context.Context, c *client, model string, w Workload, opt Optio
 		}
 		return out, nil
 	}
+	// Synthetic prompts depend on the level and repeat alone: their bodies
+	// are memoised across trials (a search sends the same ones to every
+	// config); prompts from a file are read in order and are not.
+	synth := func(level, repeat, n, maxTokens int) ([][]byte, error) {
+		if file != nil {
+			return bodiesFor(prompts(level, repeat, n), maxTokens)
+		}
+		k := bodyKey{model, level, repeat, n, maxTokens, spec.PromptTokens, spec.IgnoreEOS, spec.ReusePrompts}
+		return memoBodies(k, func() ([][]byte, error) { return bodiesFor(prompts(level, repeat, n), maxTokens) })
+	}
 	warm := func(conc, n int) (note string, err error) {
 		// Waves at the level's concurrency: they capture the batch size's
 		// CUDA graphs and JIT paths, so repeat 1 is not cold (seed: r1 TTFT
@@ -81,7 +91,7 @@ func runChat(ctx context.Context, c *client, model string, w Workload, opt Optio
 		reached := 0
 		for wave := 1; wave <= maxWarmupWaves; wave++ {
 			opt.phase("warm-up C%d", conc)
-			bodies, err := bodiesFor(prompts(conc, -wave, min(conc, n)), spec.MaxTokens)
+			bodies, err := synth(conc, -wave, min(conc, n), spec.MaxTokens)
 			if err != nil {
 				return "", err
 			}
@@ -120,7 +130,7 @@ func runChat(ctx context.Context, c *client, model string, w Workload, opt Optio
 			if spec.ReusePrompts {
 				rep = 1
 			}
-			bodies, err := bodiesFor(prompts(conc, rep, n), spec.MaxTokens)
+			bodies, err := synth(conc, rep, n, spec.MaxTokens)
 			if err != nil {
 				return err
 			}
@@ -155,7 +165,7 @@ func runChat(ctx context.Context, c *client, model string, w Workload, opt Optio
 	if cs := spec.CapacitySearch; cs != nil {
 		measure := func(conc, n int) (Point, error) {
 			if *spec.Warmup {
-				bodies, err := bodiesFor(prompts(conc, 0, min(conc, n)), min(spec.MaxTokens, 32))
+				bodies, err := synth(conc, 0, min(conc, n), min(spec.MaxTokens, 32))
 				if err != nil {
 					return Point{}, err
 				}
@@ -166,7 +176,7 @@ func runChat(ctx context.Context, c *client, model string, w Workload, opt Optio
 					return Point{}, err
 				}
 			}
-			bodies, err := bodiesFor(prompts(conc, 1000, n), spec.MaxTokens)
+			bodies, err := synth(conc, 1000, n, spec.MaxTokens)
 			if err != nil {
 				return Point{}, err
 			}

@@ -69,7 +69,7 @@ func (c *client) startTokenProbe(ctx context.Context) *tokenProbe {
 var counterSettle = time.Second
 
 // finish scrapes the counter again and compares its rise with client.
-func (tp *tokenProbe) finish(ctx context.Context, c *client, client int) *TokenCheck {
+func (tp *tokenProbe) finish(ctx context.Context, c looper, client int) *TokenCheck {
 	tc := &TokenCheck{Metric: tp.metric, Client: client, State: CheckSkipped}
 	if tp.err != nil {
 		tc.Reason = tp.err.Error()

@@ -174,8 +174,8 @@ func RunQuality(ctx context.Context, t Target, q QualitySpec) (*QualityCheck, er
 	return qualityCheck(ctx, c, model, w.Quality, time.Duration(w.HangTimeout*float64(time.Second)))
 }
 
-func qualityCheck(ctx context.Context, c *client, model string, q QualitySpec, hang time.Duration) (*QualityCheck, error) {
-	reqs, err := gateRequests(model, q.JSONRequests, q.ToolRequests)
+func qualityCheck(ctx context.Context, c looper, model string, q QualitySpec, hang time.Duration) (*QualityCheck, error) {
+	reqs, err := memoGates(model, q.JSONRequests, q.ToolRequests)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +221,7 @@ func passes(n, total int, min float64) bool {
 
 // runGate runs the gates, records them as res.Quality.Before or After,
 // and returns an ErrQuality error when they fail.
-func runGate(ctx context.Context, c *client, model string, w Workload, opt Options, res *Result, when string) error {
+func runGate(ctx context.Context, c looper, model string, w Workload, opt Options, res *Result, when string) error {
 	opt.phase("quality %s", when)
 	qc, err := qualityCheck(ctx, c, model, w.Quality, time.Duration(w.HangTimeout*float64(time.Second)))
 	if err != nil {

@@ -194,6 +194,47 @@ func (r *runner) confirm(ctx context.Context, groups [][]int) error {
 	if len(top) == 0 {
 		return nil
 	}
+	// Many processes may finish a study at once: one of them, holding the
+	// study's confirmation lease, queues what is missing; all of them run
+	// the queue.
+	res := "confirm@" + r.uid
+	held, err := r.store.AcquireLease(ctx, r.study.ID, res, r.owner, staleAfter)
+	if err != nil {
+		return fmt.Errorf("take the confirmation lease: %w", err)
+	}
+	if held {
+		if err := r.queueConfirmations(top, rounds); err != nil {
+			return errors.Join(err, r.store.ReleaseLease(context.Background(), res, r.owner))
+		}
+		if err := r.store.ReleaseLease(context.Background(), res, r.owner); err != nil && !errors.Is(err, storage.ErrLeaseLost) {
+			return fmt.Errorf("release the confirmation lease: %w", err)
+		}
+	}
+	r.confirming = true
+	var wg sync.WaitGroup
+	errs := make([]error, len(groups))
+	for i, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.worker(ctx, g)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil || ctx.Err() != nil {
+		return err
+	}
+	return r.declareWinner(top)
+}
+
+// queueConfirmations queues, interleaved, the confirmation runs the top
+// configs still lack (a resumed or shared study completes what another
+// run queued or ran).
+func (r *runner) queueConfirmations(top []Record, rounds int) error {
+	recs, err := Records(r.store, r.st.Name)
+	if err != nil {
+		return err
+	}
 	have := map[int]int{} // original trial number -> confirmation runs done or queued
 	for _, rec := range recs {
 		if rec.ConfirmOf != nil && rec.State != StateInterrupted {
@@ -221,21 +262,7 @@ func (r *runner) confirm(ctx context.Context, groups [][]int) error {
 		r.emit(Event{Kind: EventConfirming, Trial: -1, Phase: "confirming",
 			Text: fmt.Sprintf("confirming the top %d config(s) (trials %s): %d more run(s), interleaved", len(top), joinInts(nums), queued)})
 	}
-	r.confirming = true
-	var wg sync.WaitGroup
-	errs := make([]error, len(groups))
-	for i, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = r.worker(ctx, g)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil || ctx.Err() != nil {
-		return err
-	}
-	return r.declareWinner(top)
+	return nil
 }
 
 // declareWinner pools each confirmed config's runs and stores the winner.

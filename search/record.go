@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/c-bata/goptuna"
@@ -72,6 +73,10 @@ type Record struct {
 	DurationS    float64                `json:"duration_s,omitempty"`
 	PromptTokens float64                `json:"prompt_tokens,omitempty"`
 	Owner        string                 `json:"-"`
+	// Host is where the trial's server ran: the Slurm job's nodes, else,
+	// for a launched trial, the host of the process that ran it.
+	Host     string `json:"host,omitempty"`
+	SlurmJob string `json:"slurm_job,omitempty"` // the Slurm job ID, when a Slurm job ran it
 }
 
 // Flags returns the engine flags of the trial's config.
@@ -118,6 +123,12 @@ func decode(t goptuna.FrozenTrial) Record {
 		ConfigKey:    ua[storage.AttrConfigKey],
 		EngineName:   ua[storage.AttrEngineName],
 		ModelRev:     ua[storage.AttrModelRevision],
+	}
+	r.SlurmJob = t.SystemAttrs[storage.AttrSlurmJob]
+	r.Host = t.SystemAttrs[storage.AttrHost]
+	if r.Host == "" && r.SlurmJob == "" && r.Owner != "" && r.LogPath != "" { // launched here
+		owner, _, _ := strings.Cut(r.Owner, "#")
+		r.Host, _, _ = strings.Cut(owner, ":")
 	}
 	r.State = ua[storage.AttrState]
 	switch {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,17 +52,23 @@ type Options struct {
 	// Name tells this run apart from others of the same process in the
 	// storage (tests, or several workers in one process); "" for none.
 	Name string
+	// Worker marks one of many processes sharing the study (sgtune
+	// worker): once the budget is spent it waits while other processes'
+	// trials run, and re-runs those whose process died, before returning.
+	Worker bool
 }
 
 // Summary is what a run did.
 type Summary struct {
-	Study       string
-	Launched    int // trials launched in this run
-	Complete    int
-	Failed      int
-	Pruned      int
-	Infeasible  int
-	Interrupted bool // the run was stopped before its budget was spent
+	Study    string
+	Launched int // trials the search launched in this run (counted against the budget)
+	// Confirmations are the runs that measured the top configs again.
+	Confirmations int
+	Complete      int
+	Failed        int
+	Pruned        int
+	Infeasible    int
+	Interrupted   bool // the run was stopped before its budget was spent
 	// Best is the declared winner's trial when the study declared one (see
 	// Winner), else the best complete trial so far.
 	Best    *Record
@@ -138,11 +145,20 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		return r.sum, err
 	}
 	r.apiKey, r.spaceSize = pre.APIKey, pre.SpaceSize
-	if r.backend == nil {
-		// Token counts are checked against the engine's own counter when
-		// its /metrics is on (skipped, and said so, when it is not).
-		r.backend = Processes{Target: objective.Target{Model: st.ServedName(), APIKey: r.apiKey,
-			TokenCounter: st.Engine.Kind.Metrics.GenerationTokens}}
+	if st.Slurmed() && opt.LogDir != "" {
+		// Jobs on other hosts write beside the log, and a worker taking a
+		// trial over finds its files by the stored path: make it absolute.
+		abs, err := filepath.Abs(opt.LogDir)
+		if err != nil {
+			return r.sum, fmt.Errorf("log dir: %w", err)
+		}
+		r.opt.LogDir = abs
+	}
+	// Token counts are checked against the engine's own counter when its
+	// /metrics is on (skipped, and said so, when it is not).
+	target := objective.Target{Model: st.ServedName(), APIKey: r.apiKey, TokenCounter: st.Engine.Kind.Metrics.GenerationTokens}
+	if r.backend == nil && !st.Slurmed() {
+		r.backend = Processes{Target: target}
 	}
 
 	r.budget = opt.Trials
@@ -170,7 +186,12 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	if parallel <= 0 {
 		parallel = 1
 	}
-	if parallel > len(groups) {
+	switch {
+	case st.Slurmed():
+		// Slurm places each trial: no local GPU groups, parallel is the
+		// number of trials this process keeps in flight.
+		groups = make([][]int, parallel)
+	case parallel > len(groups):
 		return r.sum, errext.Bad(fmt.Errorf("--parallel %d exceeds the %d GPU group(s) of the study", parallel, len(groups)))
 	}
 
@@ -195,10 +216,18 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	if err := r.describeStudy(); err != nil {
 		return r.sum, err
 	}
+	if r.backend == nil {
+		if r.backend, err = r.slurmBackend(ctx, target); err != nil {
+			return r.sum, err
+		}
+	}
 	if err := r.resume(); err != nil {
 		return r.sum, err
 	}
 	for _, g := range groups[:parallel] {
+		if st.Slurmed() {
+			break // the GPUs are Slurm's, on other hosts
+		}
 		if err := launcher.CheckGPUsFree(ctx, g); err != nil {
 			return r.sum, fmt.Errorf("GPU group %s: %w", gpuList(g), err)
 		}
@@ -261,14 +290,19 @@ func (r *runner) timedOut() bool {
 // again (a server that could not be stopped, GPUs not released, the lease
 // lost) or the storage failed.
 func (r *runner) worker(ctx context.Context, gpus []int) error {
-	lease, err := r.leaseGroup(ctx, gpus)
-	if err != nil || lease == nil {
-		return err
-	}
-	defer lease.release()
-	for {
-		if err := lease.lost(); err != nil {
+	var lease *groupLease
+	if !r.st.Slurmed() { // Slurm allocates the GPUs of each job
+		var err error
+		if lease, err = r.leaseGroup(ctx, gpus); err != nil || lease == nil {
 			return err
+		}
+		defer lease.release()
+	}
+	for {
+		if lease != nil {
+			if err := lease.lost(); err != nil {
+				return err
+			}
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -290,8 +324,23 @@ func (r *runner) worker(ctx context.Context, gpus []int) error {
 				r.note("stopping: the last %d proposals were all infeasible or duplicates", maxSkips)
 				return nil
 			}
-			if left, err := r.budgetLeft(ctx); err != nil || !left {
+			// Every ask first takes over trials whose process went silent,
+			// so a dead worker's trial is re-run while the study goes on.
+			if err := r.reap(); err != nil {
 				return err
+			}
+			left, err := r.budgetLeft(ctx)
+			if err != nil {
+				return err
+			}
+			if !left {
+				if !r.opt.Worker {
+					return nil
+				}
+				if more, err := r.drain(ctx); err != nil || !more {
+					return err
+				}
+				continue
 			}
 		}
 		if err := r.trial(ctx, gpus); err != nil {
@@ -300,9 +349,54 @@ func (r *runner) worker(ctx context.Context, gpus []int) error {
 				return nil
 			case errors.Is(err, errBudgetTaken):
 				r.note("%v", err)
+				if r.opt.Worker {
+					continue // drain, then stop
+				}
 				return nil
 			}
 			return err
+		}
+	}
+}
+
+// drain waits, once the budget is spent, while trials of other processes
+// (or of this one's other slots) still run: one of them may die, and its
+// re-run needs a worker. more is true when a trial was queued again or
+// the budget has room again.
+func (r *runner) drain(ctx context.Context) (more bool, err error) {
+	every := min(5*time.Second, r.staleWindow()/4)
+	noted := false
+	for {
+		if err := r.reap(); err != nil {
+			return false, err
+		}
+		recs, err := Records(r.store, r.st.Name)
+		if err != nil {
+			return false, err
+		}
+		running := 0
+		for _, rec := range recs {
+			switch rec.State {
+			case StateWaiting:
+				return true, nil
+			case StateRunning:
+				running++
+			}
+		}
+		if running == 0 || (!r.deadline.IsZero() && time.Now().After(r.deadline)) {
+			return false, nil
+		}
+		if left, err := r.budgetLeft(ctx); err != nil || left {
+			return left, err
+		}
+		if !noted {
+			r.note("the study's budget is spent; waiting for %d running trial(s) to finish (one whose worker died is run again)", running)
+			noted = true
+		}
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-time.After(every):
 		}
 	}
 }
@@ -375,12 +469,8 @@ func (r *runner) waiting() (int, error) {
 // atomic API, kills servers they left behind, and relearns what the
 // study's earlier startups taught.
 func (r *runner) resume() error {
-	reaped, err := r.store.ReapStale(r.study.ID, staleAfter, r.staleRetries())
-	if err != nil {
-		return fmt.Errorf("take over stale trials: %w", err)
-	}
-	for _, rp := range reaped {
-		r.tookOver(rp.Number, "no heartbeat for "+staleAfter.String())
+	if err := r.reap(); err != nil {
+		return err
 	}
 	recs, err := Records(r.store, r.st.Name)
 	if err != nil {
@@ -398,7 +488,7 @@ func (r *runner) resume() error {
 		if _, ended, err := r.store.InterruptTrial(rec.ID, state, reason, retry); err != nil {
 			return fmt.Errorf("take over trial %d: %w", rec.Number, err)
 		} else if ended {
-			r.tookOver(rec.Number, reason)
+			r.tookOver(rec.ID, rec.Number, reason)
 		}
 	}
 	if recs, err = Records(r.store, r.st.Name); err != nil {
@@ -417,6 +507,28 @@ func (r *runner) resume() error {
 	return nil
 }
 
+// reap takes over the study's trials whose process has been silent for
+// staleAfter (on any host), queueing each for a re-run.
+func (r *runner) reap() error {
+	d := r.staleWindow()
+	reaped, err := r.store.ReapStale(r.study.ID, d, r.staleRetries())
+	if err != nil {
+		return fmt.Errorf("take over stale trials: %w", err)
+	}
+	for _, rp := range reaped {
+		r.tookOver(rp.TrialID, rp.Number, "no heartbeat for "+d.String())
+	}
+	return nil
+}
+
+// staleWindow is the study's launch.stale_after (staleAfter when unset).
+func (r *runner) staleWindow() time.Duration {
+	if d := r.st.Launch.StaleAfter; d > 0 {
+		return d
+	}
+	return staleAfter
+}
+
 // staleRetries is how often ReapStale re-queues one config.
 func (r *runner) staleRetries() int {
 	if r.st.Launch.OnStale == "fail" {
@@ -427,9 +539,13 @@ func (r *runner) staleRetries() int {
 
 // tookOver reports a trial taken over from a dead owner and kills what its
 // server left behind: Pdeathsig takes a server down with its tuner, but not
-// every engine's workers.
-func (r *runner) tookOver(number int, reason string) {
+// every engine's workers; a Slurm job outlives its worker and is cancelled.
+func (r *runner) tookOver(id, number int, reason string) {
 	r.trialEvent(EventNote, number, "taken over: %s; queued to run again", reason)
+	if r.st.Slurmed() {
+		r.cancelLeftoverJob(id, number)
+		return
+	}
 	if pids, err := launcher.KillTagged(context.Background(), r.trialTag(number)); err != nil {
 		r.trialEvent(EventNote, number, "could not look for leftover server processes: %v", err)
 	} else if len(pids) > 0 {

@@ -471,6 +471,14 @@ func (r *runner) record(t *trialRun, out outcome, res *objective.Result, attrs m
 		return nil
 	}
 	r.mu.Lock()
+	if t.confirmOf != nil {
+		// A confirmation run is outside the budget and the search's counts.
+		r.sum.Confirmations++
+		r.mu.Unlock()
+		r.emit(Event{Kind: EventFinished, Trial: t.number, State: out.State, Score: out.Score,
+			Text: fmt.Sprintf("trial %d (confirms trial %d) %s", t.number, *t.confirmOf, out.Line)})
+		return nil
+	}
 	switch out.State {
 	case StateComplete:
 		r.sum.Complete++

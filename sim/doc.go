@@ -1,5 +1,6 @@
 // Package sim is the simulator's model: profiles, memory model, performance
-// model and fault rules. Only cmd/sglang-sim (and cmd/calibrate) import it.
+// model and fault rules. Only the simulator and its tools import it:
+// cmd/sglang-sim, cmd/calibrate, and cmd/bench-search through sim/virtual.
 //
 // Main runs a simulated SGLang server from SGLang's own argv (parsed as
 // argparse does, abbreviations included) plus --sim-profile NAME|FILE,
@@ -51,4 +52,10 @@
 //
 // Tables are piecewise-linear [[x, y], ...]. Facts for fault predicates are
 // listed in Plan.Facts.
+//
+// Virtual runs the same server in virtual time: request handling
+// (Server.prepare) and the scheduler (Engine.decide, the step shared with
+// the wall-clock loop Engine.Run) driven by a closed loop of clients on the
+// engine's own clock, with no sleeping and no HTTP. Package sim/virtual
+// wraps it for sgtune's trials.
 package sim

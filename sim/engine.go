@@ -120,6 +120,14 @@ type Engine struct {
 	acceptN   float64
 	onCrash   func(reason string)
 
+	// observe, when set, is called (with mu held) each time a request
+	// gains tokens or ends: the virtual-time loop's view of the stream.
+	observe func(*Seq)
+	// span is how much of the plan's capacity the run touched.
+	span Span
+	// decodeBuf is decode's reused copy of the running list.
+	decodeBuf []*Seq
+
 	// OverheadMS is the wall-clock request overhead (ms) subtracted from
 	// the simulated front-end latency (--sim-overhead-ms).
 	OverheadMS float64
@@ -128,6 +136,40 @@ type Engine struct {
 	// GatherMS is the wall-clock window (ms) within which arrivals are
 	// treated as simultaneous (--sim-gather-ms).
 	GatherMS float64
+}
+
+// Span is how much of a plan's capacity a run touched: a run whose peaks
+// stay within the KV tokens and under the chunked-prefill size behaves the
+// same with any KV capacity at or above KVPeak and any chunk size at or
+// above PromptPeak.
+type Span struct {
+	// KVPeak is the largest KV demand the scheduler checked against the
+	// pool: tokens held plus a request's need at admission, or prompt
+	// tokens held by the prefix cache.
+	KVPeak int
+	// PromptPeak is the most new prompt tokens one admitted request had.
+	PromptPeak int
+	// KVBound says the KV pool bound a decision: the run depends on the
+	// exact KV capacity.
+	KVBound bool
+	// Chunked says a prompt was prefilled in chunks: the run depends on
+	// the exact chunk size.
+	Chunked bool
+}
+
+// Span returns how much of the plan's capacity the run touched so far.
+func (e *Engine) Span() Span {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.span
+}
+
+// Reseed sets the engine's own random draws (speculative acceptance);
+// seed 0 is the draws of a freshly started server.
+func (e *Engine) Reseed(seed uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.rng = rand.New(rand.NewPCG(1+seed, 2))
 }
 
 // NewEngine builds the scheduler for plan pl. onCrash is called once, from
@@ -186,18 +228,32 @@ func (e *Engine) Submit(s *Seq) error {
 		return ErrCrashed
 	}
 	now := e.simNow()
-	s.start = now
+	start := now
 	if !s.Received.IsZero() {
-		s.start = min(now, math.Max(0, s.Received.Sub(e.t0).Seconds()*e.speed))
+		start = min(now, math.Max(0, s.Received.Sub(e.t0).Seconds()*e.speed))
+	}
+	if s.Notify == nil {
+		s.Notify = make(chan struct{}, 1)
 	}
 	// The wall-clock overhead of HTTP on both sides (about OverheadMS)
 	// is taken out of the simulated front-end latency, so that TTFT
 	// does not grow with the speed-up.
-	s.arrive = s.start + max(0, e.p.Perf.FrontendMS/1000-e.OverheadMS/1000*e.speed)
-	s.late = s.arrive < now
-	if s.Notify == nil {
-		s.Notify = make(chan struct{}, 1)
+	e.submitAt(s, now, start, e.OverheadMS/1000*e.speed)
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
 	}
+	return nil
+}
+
+// submitAt queues s, sent at sim time start and seen by the engine at sim
+// time now; overhead (sim seconds) is the part of the front-end latency
+// spent outside the simulation. Call with e.mu held.
+func (e *Engine) submitAt(s *Seq, now, start, overhead float64) {
+	s.start = start
+	s.arrive = s.start + max(0, e.p.Perf.FrontendMS/1000-overhead)
+	s.late = s.arrive < now
 	e.pending = append(e.pending, s)
 	if !s.Health {
 		// Requests still being received count as in flight too: the
@@ -213,12 +269,6 @@ func (e *Engine) Submit(s *Seq) error {
 			e.peak = b
 		}
 	}
-	e.mu.Unlock()
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
-	return nil
 }
 
 // Receiving marks a request as received (its body is being parsed) until
@@ -309,18 +359,109 @@ func (e *Engine) FlushCache() (ok bool, queued, running int) {
 	return true, 0, 0
 }
 
-// Run is the scheduler loop; it returns when ctx ends or the engine crashes.
+// stepKind is what the scheduler does next.
+type stepKind int
+
+const (
+	stepIdle    stepKind = iota // nothing submitted: wait for a submission
+	stepWait                    // nothing runnable before step.until (sim time)
+	stepRun                     // run a step of step.dur, then step.apply at its end
+	stepHung                    // a hang fault fired: no more progress
+	stepCrashed                 // a fault crashed the engine
+)
+
+// step is one scheduling decision.
+type step struct {
+	kind  stepKind
+	until float64 // stepWait: sim time to wait for
+	dur   float64 // stepRun: simulated duration
+	apply func()  // stepRun: the step's outcome, applied at simT+dur
+}
+
+// decide takes the next scheduling decision at sim time now; gather is the
+// window (sim seconds) within which arrivals count as simultaneous. It is
+// the scheduler shared by the wall-clock loop (Run) and the virtual-time
+// loop (Virtual); it moves e.simT only forward to now when the engine is
+// idle. Call with e.mu held.
+func (e *Engine) decide(now, gather float64) step {
+	if e.crashed {
+		return step{kind: stepCrashed}
+	}
+	if len(e.running) == 0 && len(e.waiting) == 0 && e.prefilling == nil {
+		if len(e.pending) == 0 {
+			return step{kind: stepIdle}
+		}
+		earliest, late := math.Inf(1), math.Inf(1)
+		for _, s := range e.pending {
+			earliest = math.Min(earliest, s.arrive)
+			if s.late {
+				late = math.Min(late, s.arrive)
+			}
+		}
+		// Idle until now: the engine would have started at the
+		// simulated arrival of a request that was submitted late,
+		// because the simulator's own handling of it (parsing a
+		// 1M-token body) took longer in wall time than the simulated
+		// front-end latency.
+		if e.simT < now {
+			e.simT = math.Max(e.simT, math.Min(now, late))
+		}
+		if earliest > e.simT {
+			return step{kind: stepWait, until: earliest}
+		}
+	}
+	// Requests whose front-end latency has passed join the queue.
+	// Arrivals within the gather window (wall jitter of the client
+	// and HTTP, scaled by the speed-up) count as simultaneous.
+	keep := e.pending[:0]
+	for _, s := range e.pending {
+		if s.arrive <= e.simT+gather {
+			e.waiting = append(e.waiting, s)
+		} else {
+			keep = append(keep, s)
+		}
+	}
+	clear(e.pending[len(keep):])
+	e.pending = keep
+	if e.hung {
+		return step{kind: stepHung}
+	}
+	dur, apply := e.plan()
+	if e.crashed {
+		return step{kind: stepCrashed}
+	}
+	if apply == nil {
+		// Nothing runnable yet (all pending in the future): advance.
+		e.simT = math.Max(e.simT, now)
+		return step{kind: stepWait, until: e.simT + 0.001}
+	}
+	return step{kind: stepRun, dur: dur, apply: apply}
+}
+
+// Run is the scheduler loop in wall-clock time: it sleeps sim-time/speedup
+// between steps and returns when ctx ends or the engine crashes.
 func (e *Engine) Run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	sleepUntil := func(simT float64) bool {
+	// sleepUntil sleeps until the wall time of simT, or until a
+	// submission when wake is set; false when ctx ended.
+	sleepUntil := func(simT float64, wake bool) bool {
 		d := time.Until(e.t0.Add(time.Duration(simT / e.speed * float64(time.Second))))
 		if d <= 0 {
 			return ctx.Err() == nil
 		}
 		timer.Reset(d)
+		var woken <-chan struct{}
+		if wake {
+			woken = e.wake
+		}
 		select {
 		case <-timer.C:
+			return true
+		case <-woken:
+			if !timer.Stop() {
+				<-timer.C
+			}
 			return true
 		case <-ctx.Done():
 			return false
@@ -328,93 +469,37 @@ func (e *Engine) Run(ctx context.Context) {
 	}
 	for ctx.Err() == nil {
 		e.mu.Lock()
-		if e.crashed {
+		st := e.decide(e.simNow(), e.GatherMS/1000*e.speed)
+		switch st.kind {
+		case stepCrashed:
 			e.mu.Unlock()
 			return
-		}
-		now := e.simNow()
-		if len(e.running) == 0 && len(e.waiting) == 0 && e.prefilling == nil {
-			if len(e.pending) == 0 {
-				e.mu.Unlock()
-				select {
-				case <-e.wake:
-				case <-ctx.Done():
-				}
-				continue
+		case stepIdle:
+			e.mu.Unlock()
+			select {
+			case <-e.wake:
+			case <-ctx.Done():
 			}
-			earliest, late := math.Inf(1), math.Inf(1)
-			for _, s := range e.pending {
-				earliest = math.Min(earliest, s.arrive)
-				if s.late {
-					late = math.Min(late, s.arrive)
-				}
+		case stepWait:
+			e.mu.Unlock()
+			if !sleepUntil(st.until, true) {
+				return
 			}
-			// Idle until now: the engine would have started at the
-			// simulated arrival of a request that was submitted late,
-			// because the simulator's own handling of it (parsing a
-			// 1M-token body) took longer in wall time than the simulated
-			// front-end latency.
-			if e.simT < now {
-				e.simT = math.Max(e.simT, math.Min(now, late))
-			}
-			if earliest > e.simT {
-				e.mu.Unlock()
-				d := time.Until(e.t0.Add(time.Duration(earliest / e.speed * float64(time.Second))))
-				if d > 0 {
-					timer.Reset(d)
-					select {
-					case <-timer.C:
-					case <-e.wake:
-						if !timer.Stop() {
-							<-timer.C
-						}
-					case <-ctx.Done():
-					}
-				}
-				continue
-			}
-		}
-		// Requests whose front-end latency has passed join the queue.
-		// Arrivals within the gather window (wall jitter of the client
-		// and HTTP, scaled by the speed-up) count as simultaneous.
-		gather := e.GatherMS / 1000 * e.speed
-		keep := e.pending[:0]
-		for _, s := range e.pending {
-			if s.arrive <= e.simT+gather {
-				e.waiting = append(e.waiting, s)
-			} else {
-				keep = append(keep, s)
-			}
-		}
-		e.pending = keep
-		if e.hung {
+		case stepHung:
 			e.mu.Unlock()
 			<-ctx.Done()
 			return
-		}
-		dur, apply := e.plan()
-		if apply == nil {
-			// Nothing runnable yet (all pending in the future): advance.
-			e.simT = math.Max(e.simT, now)
+		case stepRun:
+			end := e.simT + st.dur
 			e.mu.Unlock()
-			if !sleepUntil(e.simT + 0.001) {
+			if !sleepUntil(end, false) {
 				return
 			}
-			continue
-		}
-		if e.crashed {
+			e.mu.Lock()
+			e.simT = end
+			st.apply()
 			e.mu.Unlock()
-			return
 		}
-		end := e.simT + dur
-		e.mu.Unlock()
-		if !sleepUntil(end) {
-			return
-		}
-		e.mu.Lock()
-		e.simT = end
-		apply()
-		e.mu.Unlock()
 	}
 }
 
@@ -503,7 +588,9 @@ func (e *Engine) plan() (float64, func()) {
 	for len(e.waiting) > 0 && len(e.running)+len(batch) < e.pl.EffectiveMRR {
 		s := e.waiting[0]
 		need := s.Prompt + s.Limit
+		e.span.KVPeak = max(e.span.KVPeak, e.kvUsed+need)
 		if e.kvUsed+need > e.pl.KVTokens && (len(e.running)+len(batch) > 0) {
+			e.span.KVBound = true
 			break
 		}
 		cached := 0
@@ -513,6 +600,7 @@ func (e *Engine) plan() (float64, func()) {
 			}
 		}
 		newTok := s.Prompt - cached
+		e.span.PromptPeak = max(e.span.PromptPeak, newTok)
 		if len(batch) > 0 && used+newTok > budget {
 			break
 		}
@@ -530,6 +618,7 @@ func (e *Engine) plan() (float64, func()) {
 		e.kvUsed += need
 		used += newTok
 		if e.pl.ChunkedPrefill > 0 && newTok > e.pl.ChunkedPrefill {
+			e.span.Chunked = true
 			// A long prompt is prefilled alone, one chunk per step.
 			if len(batch) == 0 {
 				s.prefLeft = newTok
@@ -674,6 +763,10 @@ func (e *Engine) firstToken(s *Seq) {
 			e.cache[s.PromptKey] = s.Prompt
 			e.cacheFIFO = append(e.cacheFIFO, s.PromptKey)
 			e.cacheTok += s.Prompt
+			e.span.KVPeak = max(e.span.KVPeak, e.cacheTok)
+			if e.cacheTok > e.pl.KVTokens {
+				e.span.KVBound = true
+			}
 			for e.cacheTok > e.pl.KVTokens && len(e.cacheFIFO) > 1 {
 				k := e.cacheFIFO[0]
 				e.cacheFIFO = e.cacheFIFO[1:]
@@ -730,13 +823,18 @@ func (e *Engine) emit(s *Seq, k int) {
 		}
 		s.done.Store(true)
 	}
+	if e.observe != nil {
+		e.observe(s)
+	}
 	s.signal()
 }
 
 // decode advances every running request by one step.
 func (e *Engine) decode(dur float64) {
 	b := len(e.running)
-	list := append([]*Seq(nil), e.running...)
+	// emit removes finished requests from e.running: iterate a copy.
+	list := append(e.decodeBuf[:0], e.running...)
+	defer func() { clear(list); e.decodeBuf = list[:0] }()
 	total := 0
 	for _, s := range list {
 		k := 1

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -149,8 +151,10 @@ func (g *genContext) genValue(s map[string]any, name string) any {
 	case "object":
 		props, _ := s["properties"].(map[string]any)
 		obj := map[string]any{}
-		for k, v := range props {
-			ps, _ := v.(map[string]any)
+		// In key order: the draws (and so the answer's length) must not
+		// depend on map iteration order.
+		for _, k := range slices.Sorted(maps.Keys(props)) {
+			ps, _ := props[k].(map[string]any)
 			obj[k] = g.genValue(ps, k)
 		}
 		return obj

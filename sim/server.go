@@ -36,6 +36,9 @@ type Server struct {
 	mu      sync.Mutex
 	hist    map[string]*histogram
 	reqSeq  atomic.Uint64
+	// salt varies the simulator's per-request draws (EOS position,
+	// generated values); 0 is the live server's.
+	salt uint64
 }
 
 func newServer(p *Profile, pl *Plan, a *Args, eng *Engine, speed float64, log io.Writer, rules []FaultRule) *Server {
@@ -364,6 +367,46 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 503, errorBody("The server is not ready yet.", 503))
 		return
 	}
+	seq, plan, code, msg := s.prepare(&req)
+	if code != 0 {
+		writeJSON(w, code, errorBody(msg, code))
+		return
+	}
+	seq.Notify = make(chan struct{}, 1)
+	seq.Received = recv
+	received()
+	if err := s.eng.Submit(seq); err != nil {
+		writeJSON(w, 500, errorBody("engine unavailable", 500))
+		return
+	}
+	id := newID()
+	if req.Stream {
+		incl := s.pl.DefaultIncludeUsage || (req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		cont := req.StreamOptions != nil && req.StreamOptions.ContinuousUsageStats
+		s.stream(w, r, seq, plan, id, incl, cont)
+	} else {
+		s.complete(w, r, seq, plan, id)
+	}
+}
+
+// prepare turns a chat request into the engine's sequence and the answer
+// it will stream, as SGLang's tokenizer manager does: prompt tokens, limit,
+// EOS draw and output plan. A refused request returns its HTTP status and
+// message. Shared by the HTTP handler and the virtual-time loop.
+func (s *Server) prepare(req *chatRequest) (seq *Seq, plan *outputPlan, code int, msg string) {
+	return s.prepareParsed(req, readPrompt(req))
+}
+
+// promptInfo is what the tokenizer makes of a request's messages.
+type promptInfo struct {
+	tokens   int    // prompt tokens, tools included
+	key      uint64 // prefix-cache key
+	lastUser string // the last user message
+}
+
+// readPrompt renders the messages as the chat template does and counts
+// their tokens.
+func readPrompt(req *chatRequest) promptInfo {
 	var prompt strings.Builder
 	lastUser := ""
 	for _, m := range req.Messages {
@@ -381,6 +424,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	for _, t := range req.Tools {
 		promptTok += (len(t.Function.Name) + len(t.Function.Description) + len(t.Function.Parameters)) / 4
 	}
+	return promptInfo{tokens: promptTok, key: hashString(ptxt), lastUser: lastUser}
+}
+
+// prepareParsed is prepare with the prompt already read.
+func (s *Server) prepareParsed(req *chatRequest, pi promptInfo) (seq *Seq, plan *outputPlan, code int, msg string) {
+	promptTok, lastUser := pi.tokens, pi.lastUser
 	maxTok := 0
 	switch {
 	case req.MaxCompletionTokens != nil:
@@ -390,26 +439,22 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	ctxLen := s.pl.ContextLen
 	if promptTok >= ctxLen {
-		writeJSON(w, 400, errorBody(fmt.Sprintf("The input (%d tokens) is longer than the model's context length (%d tokens).", promptTok, ctxLen), 400))
-		return
+		return nil, nil, 400, fmt.Sprintf("The input (%d tokens) is longer than the model's context length (%d tokens).", promptTok, ctxLen)
 	}
 	if maxTok > 0 && promptTok+maxTok > ctxLen {
-		writeJSON(w, 400, errorBody(fmt.Sprintf("Requested token count exceeds the model's maximum context length of %d tokens. You requested a total of %d tokens: %d tokens from the input messages and %d tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.", ctxLen, promptTok+maxTok, promptTok, maxTok), 400))
-		return
+		return nil, nil, 400, fmt.Sprintf("Requested token count exceeds the model's maximum context length of %d tokens. You requested a total of %d tokens: %d tokens from the input messages and %d tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.", ctxLen, promptTok+maxTok, promptTok, maxTok)
 	}
 	if maxTok < 0 {
-		writeJSON(w, 400, errorBody("max_tokens must be at least 0", 400))
-		return
+		return nil, nil, 400, "max_tokens must be at least 0"
 	}
 	n := s.reqSeq.Add(1)
-	key := hashString(ptxt)
-	seed := key ^ n*0x9e3779b97f4a7c15
-	plan, errMsg := s.planOutput(&req, lastUser, seed)
+	key := pi.key
+	seed := key ^ n*0x9e3779b97f4a7c15 ^ s.salt
+	plan, errMsg := s.planOutput(req, lastUser, seed)
 	if errMsg != "" {
-		writeJSON(w, 400, errorBody(errMsg, 400))
-		return
+		return nil, nil, 400, errMsg
 	}
-	seq := &Seq{Prompt: promptTok, PromptKey: key, Notify: make(chan struct{}, 1), Received: recv}
+	seq = &Seq{Prompt: promptTok, PromptKey: key}
 	natural := maxTok == 0
 	if natural {
 		maxTok = min(ctxLen-promptTok, 4096)
@@ -432,19 +477,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if seq.Limit == 0 {
 		seq.Limit = 1
 	}
-	received()
-	if err := s.eng.Submit(seq); err != nil {
-		writeJSON(w, 500, errorBody("engine unavailable", 500))
-		return
-	}
-	id := newID()
-	if req.Stream {
-		incl := s.pl.DefaultIncludeUsage || (req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
-		cont := req.StreamOptions != nil && req.StreamOptions.ContinuousUsageStats
-		s.stream(w, r, seq, plan, id, incl, cont)
-	} else {
-		s.complete(w, r, seq, plan, id)
-	}
+	return seq, plan, 0, ""
 }
 
 func logOneMinus(x float64) float64 {
@@ -786,31 +819,17 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, seq *Seq, plan
 		panic(http.ErrAbortHandler)
 	}
 	g := seq.Gen()
-	var content, reasoning, args strings.Builder
-	nReason := 0
-	for i := 0; i < g; i++ {
-		p := plan.at(i)
-		txt := unescapeJSON(p.text)
-		switch p.kind {
-		case pReason:
-			reasoning.WriteString(txt)
-			nReason++
-		case pContent:
-			content.WriteString(txt)
-		case pToolArg:
-			args.WriteString(txt)
-		}
-	}
+	content, reasoning, args, nReason := plan.assemble(g)
 	msg := map[string]any{"role": "assistant", "content": nil, "reasoning_content": nil, "tool_calls": nil}
-	if content.Len() > 0 || plan.toolName == "" {
-		msg["content"] = content.String()
+	if content != "" || plan.toolName == "" {
+		msg["content"] = content
 	}
-	if reasoning.Len() > 0 {
-		msg["reasoning_content"] = reasoning.String()
+	if reasoning != "" {
+		msg["reasoning_content"] = reasoning
 	}
 	if plan.toolName != "" {
 		msg["tool_calls"] = []any{map[string]any{"id": plan.toolID, "index": 0, "type": "function",
-			"function": map[string]any{"name": plan.toolName, "arguments": args.String()}}}
+			"function": map[string]any{"name": plan.toolName, "arguments": args}}}
 	}
 	reason, matched := s.finishFields(seq, plan)
 	var details any

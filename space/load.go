@@ -107,6 +107,9 @@ func (d *dec) study(st *Study, root *yaml.Node) {
 	} else if strings.TrimSpace(st.Name) == "" || strings.ContainsAny(st.Name, "\n\t") {
 		m.failKey("name", "empty or multi-line; valid: a one-line study name")
 	}
+	// gpus and budget read differently when Slurm places the trials;
+	// launch validates the scheduler itself later.
+	st.Launch.Scheduler = peekScheduler(m)
 	d.engine(st, m)
 	d.model(st, m)
 	d.memory(st, m)
@@ -335,6 +338,10 @@ func (d *dec) gpus(st *Study, top *mapNode) {
 		return
 	}
 	groups := m.list("groups")
+	if m.has("groups") && st.Slurmed() {
+		m.failKey("groups", "not used with launch.scheduler slurm (Slurm places each trial on the GPUs it allocates); valid: leave gpus.groups out")
+		return
+	}
 	if !m.has("groups") {
 		g := make([]int, st.GPUsPerTrial)
 		for i := range g {
@@ -1098,7 +1105,14 @@ func (d *dec) budget(st *Study, top *mapNode) {
 	if m.int("seed", &seed) {
 		b.Seed = int64(seed)
 	}
-	if m.int("parallel", &b.Parallel) && (b.Parallel < 1 || b.Parallel > len(st.GPUGroups)) {
+	if st.Slurmed() {
+		// Slurm places the trials: parallel is how many one worker keeps
+		// in flight, bounded by the cluster, not by local GPU groups.
+		b.Parallel = 1
+		if m.int("parallel", &b.Parallel) && b.Parallel < 1 {
+			m.failKey("parallel", "%d; valid: 1 or more (trials one worker keeps in flight as Slurm jobs)", b.Parallel)
+		}
+	} else if m.int("parallel", &b.Parallel) && (b.Parallel < 1 || b.Parallel > len(st.GPUGroups)) {
 		m.failKey("parallel", "%d; valid: 1..%d (one trial per GPU group)", b.Parallel, len(st.GPUGroups))
 	}
 	if b.Parallel < 1 {
@@ -1108,8 +1122,23 @@ func (d *dec) budget(st *Study, top *mapNode) {
 
 func (d *dec) launch(st *Study, top *mapNode) {
 	l := &st.Launch
-	m := d.mapping(top.node("launch"), "launch", "startup_timeout", "api_key_env", "api_key_file", "on_stale")
+	m := d.mapping(top.node("launch"), "launch", "startup_timeout", "api_key_env", "api_key_file", "on_stale",
+		"scheduler", "slurm", "stale_after")
 	l.StartupTimeout, l.OnStale = DefaultStartupTimeout, "retry"
+	l.Scheduler, l.StaleAfter = SchedulerLocal, DefaultStaleAfter
+	if m.str("scheduler", &l.Scheduler) && l.Scheduler != SchedulerLocal && l.Scheduler != SchedulerSlurm {
+		m.failKey("scheduler", "%q; valid: local (default: processes on this host) or slurm (one Slurm job per trial)", l.Scheduler)
+	}
+	if m.duration("stale_after", &l.StaleAfter) && l.StaleAfter < MinStaleAfter {
+		m.failKey("stale_after", "%s is too short; valid: a Go duration of at least %s (a running trial proves its worker alive every 10s)",
+			l.StaleAfter, MinStaleAfter)
+	}
+	switch {
+	case l.Scheduler == SchedulerSlurm:
+		d.slurm(st, m)
+	case m.has("slurm"):
+		m.failKey("slurm", "set, but launch.scheduler is %s; valid: scheduler: slurm, or leave launch.slurm out", l.Scheduler)
+	}
 	if m.duration("startup_timeout", &l.StartupTimeout) && l.StartupTimeout <= 0 {
 		m.failKey("startup_timeout", "must be positive; valid: a Go duration such as 20m")
 	}
@@ -1119,5 +1148,127 @@ func (d *dec) launch(st *Study, top *mapNode) {
 	}
 	if m.str("on_stale", &l.OnStale) && l.OnStale != "retry" && l.OnStale != "fail" {
 		m.failKey("on_stale", "%q; valid: retry (default) or fail", l.OnStale)
+	}
+}
+
+// peekScheduler reads launch.scheduler before the rest of the file is
+// decoded ("" when absent or not a string); launch reports its errors.
+func peekScheduler(top *mapNode) string {
+	n := top.node("launch")
+	if n == nil || n.Kind != yaml.MappingNode {
+		return ""
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if v := deref(n.Content[i+1]); n.Content[i].Value == "scheduler" && v != nil && v.Kind == yaml.ScalarNode {
+			return v.Value
+		}
+	}
+	return ""
+}
+
+// sbatchOwned are the sbatch options sgtune sets itself for a trial's job;
+// launch.slurm.extra_sbatch must not repeat them.
+var sbatchOwned = map[string]string{
+	"--output": "", "-o": "", "--error": "", "-e": "", "--open-mode": "", "--job-name": "", "-J": "",
+	"--parsable": "", "--wrap": "", "--export": "", "--requeue": "", "--no-requeue": "",
+	"--ntasks-per-node": "nodes", "--nodes": "nodes", "-N": "nodes",
+	"--gres": "gres", "--gpus": "gpus_per_node", "-G": "gpus_per_node", "--gpus-per-node": "gpus_per_node",
+	"--partition": "partition", "-p": "partition", "--account": "account", "-A": "account",
+	"--time": "time_limit", "-t": "time_limit",
+}
+
+// multiNodeFlags are the engine flags a multi-node trial's launch sets.
+var multiNodeFlags = []string{"--nnodes", "--node-rank", "--dist-init-addr"}
+
+// slurm decodes launch.slurm.
+func (d *dec) slurm(st *Study, launch *mapNode) {
+	s := &st.Launch.Slurm
+	m := d.mapping(launch.node("slurm"), "launch.slurm", "partition", "account", "time_limit", "gpus_per_node",
+		"gres", "extra_sbatch", "pending_timeout", "nodes")
+	s.Nodes, s.PendingTimeout = 1, DefaultPendingTimeout
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{{"partition", &s.Partition}, {"account", &s.Account}} {
+		key, dst := f.key, f.dst
+		if m.str(key, dst) && (*dst == "" || strings.ContainsAny(*dst, " \t\n,")) {
+			m.failKey(key, "%q; valid: one Slurm %s name", *dst, key)
+		}
+	}
+	if m.duration("time_limit", &s.TimeLimit) && s.TimeLimit < time.Minute {
+		m.failKey("time_limit", "%s; valid: a Go duration of at least 1m, e.g. 2h (Slurm counts minutes)", s.TimeLimit)
+	}
+	if m.duration("pending_timeout", &s.PendingTimeout) && s.PendingTimeout <= 0 {
+		m.failKey("pending_timeout", "must be positive; valid: a Go duration such as 10m")
+	}
+	if m.int("nodes", &s.Nodes) && s.Nodes < 1 {
+		m.failKey("nodes", "%d; valid: 1 or more", s.Nodes)
+		s.Nodes = 1
+	}
+	per := st.GPUsPerTrial
+	if per%s.Nodes != 0 {
+		m.failKey("nodes", "%d nodes do not split gpus.per_trial = %d evenly; valid: a divisor of %d", s.Nodes, per, per)
+		return
+	}
+	perNode := per / s.Nodes
+	if s.Nodes > 1 {
+		if st.Engine.Name != "sglang" {
+			m.failKey("nodes", "%d: multi-node trials need an engine launched with --nnodes/--node-rank/--dist-init-addr (sglang), not %s; valid: 1",
+				s.Nodes, st.Engine.Name)
+		}
+		for _, f := range multiNodeFlags {
+			if _, ok := st.Fixed[f]; ok {
+				m.failKey("nodes", "%d with %s in fixed: the launch sets %s for each node; valid: leave %s out of fixed",
+					s.Nodes, f, strings.Join(multiNodeFlags, ", "), f)
+			}
+		}
+	}
+	s.GPURequest = fmt.Sprintf("--gres=gpu:%d", perNode)
+	var g int
+	hasG := m.int("gpus_per_node", &g)
+	if hasG {
+		if g != perNode {
+			m.failKey("gpus_per_node", "%d; valid: gpus.per_trial / launch.slurm.nodes = %d", g, perNode)
+		}
+		s.GPURequest = fmt.Sprintf("--gpus-per-node=%d", perNode)
+	}
+	var gres string
+	if m.str("gres", &gres) {
+		parts := strings.Split(gres, ":")
+		n, err := strconv.Atoi(parts[len(parts)-1])
+		switch {
+		case hasG:
+			m.failKey("gres", "set together with gpus_per_node; valid: one of the two")
+		case parts[0] != "gpu" || len(parts) < 2 || len(parts) > 3 || err != nil || strings.ContainsAny(gres, " ,"):
+			m.failKey("gres", "%q; valid: gpu:COUNT or gpu:TYPE:COUNT, e.g. gpu:h200:%d", gres, perNode)
+		case n != perNode:
+			m.failKey("gres", "%q asks for %d GPUs per node; valid: gpus.per_trial / launch.slurm.nodes = %d", gres, n, perNode)
+		default:
+			s.GPURequest = "--gres=" + gres
+		}
+	}
+	for i, n := range m.list("extra_sbatch") {
+		path := fmt.Sprintf("launch.slurm.extra_sbatch[%d]", i)
+		v, ok := d.scalarString(n, path)
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(v, "=")
+		if len(name) > 2 && name[1] != '-' {
+			name = name[:2] // a short option with its value attached: -N2
+		}
+		if !strings.HasPrefix(v, "-") || strings.ContainsAny(name, " \t\n") {
+			d.fail(n, path, "%q; valid: one sbatch option per item, its value after =, e.g. --qos=high or --constraint=h200", v)
+			continue
+		}
+		if field, owned := sbatchOwned[name]; owned {
+			if field != "" {
+				d.fail(n, path, "%s is set by sgtune; valid: launch.slurm.%s", name, field)
+			} else {
+				d.fail(n, path, "%s is set by sgtune for every trial's job; valid: leave it out", name)
+			}
+			continue
+		}
+		s.ExtraSbatch = append(s.ExtraSbatch, v)
 	}
 }

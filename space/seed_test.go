@@ -67,9 +67,9 @@ func seedFlags(r seed.Run) map[string]string {
 		"--chunked-prefill-size": strconv.Itoa(c.MaxBatchedTokens),
 		// The seed's tool-call checks pass (8/8), so its servers parsed
 		// reasoning and tool calls; its config records leave the parsers
-		// out, and the study names GLM's.
+		// out, and the study names seed 004's (glm45, glm47).
 		"--reasoning-parser": "glm45",
-		"--tool-call-parser": "glm45",
+		"--tool-call-parser": "glm47",
 	}
 	if !c.PrefixCaching {
 		f["--disable-radix-cache"] = ""

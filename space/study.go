@@ -92,7 +92,49 @@ type Launch struct {
 	APIKeyEnv      string        // environment variable holding the API key
 	APIKeyFile     string        // file holding the API key
 	OnStale        string        // retry (default) | fail: running trials found stale on resume
+	// Scheduler places trials: SchedulerLocal (default: processes on this
+	// host, one per GPU group) or SchedulerSlurm (one Slurm job per trial).
+	Scheduler string
+	// Slurm holds launch.slurm; set when Scheduler is SchedulerSlurm.
+	Slurm Slurm
+	// StaleAfter is how long a running trial may go without a heartbeat
+	// before another process takes it over (default 2m).
+	StaleAfter time.Duration
 }
+
+// Schedulers are the values launch.scheduler accepts.
+const (
+	SchedulerLocal = "local"
+	SchedulerSlurm = "slurm"
+)
+
+// Slurm is how trials run as Slurm jobs (launch.slurm).
+type Slurm struct {
+	Partition string        // sbatch --partition; "" for the cluster's default
+	Account   string        // sbatch --account; "" for the user's default
+	TimeLimit time.Duration // sbatch --time, rounded up to minutes; 0 for the partition's default
+	// Nodes is the number of nodes of one trial (tensor parallel across
+	// nodes when > 1); gpus.per_trial is split evenly over them.
+	Nodes int
+	// GPURequest is the sbatch option that asks for the GPUs of each node:
+	// --gres=gpu:N (default), --gres=<launch.slurm.gres>, or
+	// --gpus-per-node=N (launch.slurm.gpus_per_node).
+	GPURequest     string
+	ExtraSbatch    []string      // more sbatch options, verbatim
+	PendingTimeout time.Duration // a job pending longer is cancelled and reported (default 10m)
+}
+
+// Slurm-related defaults and limits of the loader.
+var (
+	DefaultStaleAfter     = 2 * time.Minute
+	DefaultPendingTimeout = 10 * time.Minute
+	// MinStaleAfter keeps launch.stale_after above two heartbeats (a
+	// running trial beats every 10 s), so one late beat is not a death.
+	MinStaleAfter = 20 * time.Second
+)
+
+// Slurmed reports whether the study's trials run as Slurm jobs.
+func (s *Study) Slurmed() bool { return s.Launch.Scheduler == SchedulerSlurm }
 
 // Param is one searched parameter.
 type Param struct {

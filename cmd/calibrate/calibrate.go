@@ -189,15 +189,7 @@ func (c *Calibrator) Chat(ctx context.Context, r *seed.Run, warm bool) ([]Row, e
 		return nil, err
 	}
 	defer srv.stop()
-	reqs := make([]int, len(c.Levels))
-	for i, l := range c.Levels {
-		reqs[i] = c.requests(l)
-	}
-	rep := c.Repeats
-	if rep == 0 {
-		rep = 1
-	}
-	w := objective.Workload{Kind: "chat", Chat: objective.ChatSpec{Concurrency: c.Levels, Requests: reqs, MaxTokens: 256, Repeats: rep, Warmup: &warm}}
+	w := c.workload(warm)
 	// Hang timeout in wall seconds: generous for a sim at speed-up S.
 	w.HangTimeout = math.Max(5, 120/c.Speed)
 	res, err := objective.Run(ctx, objective.Target{URL: srv.url}, w, objective.Options{})
@@ -207,18 +199,7 @@ func (c *Calibrator) Chat(ctx context.Context, r *seed.Run, warm bool) ([]Row, e
 	var rows []Row
 	for _, p := range res.Points {
 		tok, t50, t99 := c.scaled(p)
-		row := Row{Conc: p.Concurrency, SimTokS: tok, SimTTFT50: t50, SimTTFT99: t99}
-		r2, r3 := r.Repeat(2, p.Concurrency), r.Repeat(3, p.Concurrency)
-		if r2 != nil && r3 != nil {
-			row.SeedTokS = nearer(tok, r2.OutputTokS, r3.OutputTokS)
-			row.SeedTTFT50 = nearer(t50, r2.TTFT.P50, r3.TTFT.P50)
-		}
-		if r1 := r.Repeat(1, p.Concurrency); r1 != nil {
-			row.R1TTFT50, row.R1TTFT99 = r1.TTFT.P50, r1.TTFT.P99
-			if r2 == nil {
-				row.SeedTokS, row.SeedTTFT50 = r1.OutputTokS, r1.TTFT.P50
-			}
-		}
+		row := seedRow(r, p.Concurrency, tok, t50, t99)
 		rows = append(rows, row)
 	}
 	return rows, err

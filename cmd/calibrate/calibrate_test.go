@@ -98,3 +98,31 @@ func TestLongCalibration(t *testing.T) {
 		t.Errorf("exit %d", code)
 	}
 }
+
+// TestVirtualMatchesSeed: the virtual clock (sim/virtual, no process)
+// measures the five passing seed-000 runs as `sgtune bench` would (warm-up,
+// three repeats, medians) within ±10% tok/s and ±15% TTFT p50 of the
+// seed's nearer warm repeat at every level, except the points listed in
+// virtualGaps, which hold within the live simulator's calibration tolerance.
+func TestVirtualMatchesSeed(t *testing.T) {
+	s := seedRecord(t)
+	cal := &Calibrator{Out: io.Discard, Levels: []int{1, 16, 64, 128}, Repeats: 3}
+	for _, name := range passingRuns {
+		r := s.Run(name)
+		rows, err := cal.VirtualChat(t.Context(), r, true)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		med := medianRow(rows, r)
+		for _, conc := range cal.Levels {
+			row, ok := med[conc]
+			if !ok {
+				t.Fatalf("%s: no point at C%d", name, conc)
+			}
+			t.Logf("%-24s C%-3d tok/s %7.1f vs %7.1f (%+5.1f%%)  TTFT p50 %6.3f vs %6.3f (%+5.1f%%)", name, row.Conc, row.SimTokS, row.SeedTokS, row.TokDev()*100, row.SimTTFT50, row.SeedTTFT50, row.TTFTDev()*100)
+			if !row.VirtualOK(name) {
+				t.Errorf("%s C%d outside ±%.0f%% tok/s, ±%.0f%% TTFT p50 (±%.0f%% at a known gap)", name, row.Conc, TolVirtualTokS*100, TolVirtualTTFT*100, TolTTFT*100)
+			}
+		}
+	}
+}

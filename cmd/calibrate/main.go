@@ -5,6 +5,12 @@
 //
 //	go run ./cmd/calibrate [--speedup 25] [--runs a,b] [--matrix] [--faults] [--strict]
 //	    [--matrix-speedup 10] [--matrix-long-speedup 4 --matrix-long-context 131072]
+//	    [--virtual [--virtual-speedup 10]]
+//
+// --virtual checks that the virtual clock is honest: for each run, the
+// virtual-time sweep (sim/virtual) against the live simulator measured by
+// the load generator (tok/s within 5%) and against the seed (±10% tok/s,
+// ±15% TTFT p50).
 package main
 
 import (
@@ -44,6 +50,8 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	contexts := fs.String("contexts", "", "limit the matrix to these contexts (tokens, comma-separated)")
 	verbose := fs.Bool("v", false, "per-cell details")
 	levels := fs.String("levels", "1,16,64,128", "concurrency levels")
+	honesty := fs.Bool("virtual", false, "also compare the virtual clock (sim/virtual) with the live simulator and the seed: warm-up and 3 repeats, medians")
+	honestySpeed := fs.Float64("virtual-speedup", 10, "live simulator speed-up for --virtual")
 	if err := fs.Parse(argv); err != nil {
 		return 2
 	}
@@ -117,6 +125,16 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	}
 	if *faults {
 		bad += cal.Faults(ctx, s)
+	}
+	if *honesty {
+		hc := *cal
+		hc.Speed, hc.Repeats = *honestySpeed, 3
+		n, err := hc.Honesty(ctx, s, names)
+		if err != nil {
+			fmt.Fprintln(stdout, "virtual:", err)
+			bad++
+		}
+		bad += n
 	}
 	if *matrix {
 		cells, err := loadSeed004(*seed004)

@@ -53,7 +53,7 @@ func (a *app) execute(ctx context.Context, args []string) int {
 	root.SetArgs(args)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
-	// run handles its interrupts itself (graceful, then at once); any other
+	// run and worker handle their interrupts themselves (graceful, then at once); any other
 	// command is simply cancelled by the first one.
 	c, _, err := root.Find(args)
 	if err != nil {
@@ -62,7 +62,7 @@ func (a *app) execute(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	var interrupted atomic.Bool
-	if c.Name() != "run" {
+	if c.Name() != "run" && c.Name() != "worker" {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
@@ -106,6 +106,7 @@ script.`,
 	})
 	root.AddCommand(
 		a.runCmd(),
+		a.workerCmd(),
 		a.statusCmd(),
 		a.bestCmd(),
 		a.exportCmd(),

@@ -99,7 +99,8 @@ func reportTrial(r search.Record) report.Trial {
 		Start: r.Start, ExitCode: r.ExitCode, LogExcerpt: r.LogExcerpt, LogPath: r.LogPath,
 		Levels: levels(r),
 		// A trial that has a log or startup facts started a server.
-		Launched: r.LogPath != "" || len(r.Facts) > 0 || r.State == search.StateComplete,
+		Launched: r.State != search.StateInterrupted && r.ConfirmOf == nil &&
+			(r.LogPath != "" || len(r.Facts) > 0 || r.State == search.StateComplete),
 	}
 	if r.End != nil {
 		t.End = *r.End

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -60,6 +61,12 @@ func seedStudy(t *testing.T, dir string, trials []fakeTrial, studyAttrs map[stri
 	for i, tr := range trials {
 		id, err := st.CreateNewTrial(sid)
 		must(err)
+		// Each trial was launched: it counts against the budget, as a run's do.
+		ok, err := st.ClaimLaunch(context.Background(), id, 1000)
+		must(err)
+		if !ok {
+			t.Fatal("launch not counted")
+		}
 		must(st.SetTrialParam(id, "config", float64(i), goptuna.CategoricalDistribution{Choices: choices}))
 		const n, dur = 64, 10.0
 		var ttfts []float64

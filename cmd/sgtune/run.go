@@ -56,7 +56,7 @@ starting new trials after the given time; the trial in flight finishes.`,
 			if trials < 0 || parallel < 0 || timeout < 0 {
 				return badInput(errors.New("--trials, --parallel and --timeout must not be negative"))
 			}
-			if groups := max(len(st.GPUGroups), 1); parallel > groups {
+			if groups := max(len(st.GPUGroups), 1); !st.Slurmed() && parallel > groups {
 				return badInput(fmt.Errorf("--parallel %d: the study has %d GPU group(s) (gpus.groups in %s); one trial runs per group", parallel, groups, st.Path))
 			}
 			logBase := "."
@@ -165,8 +165,12 @@ func (a *app) printSummary(st *space.Study, sum search.Summary, storagePath stri
 	if n := counts[search.StateWaiting]; n > 0 {
 		parts = append(parts, fmt.Sprintf("%d queued to run again", n))
 	}
-	fmt.Fprintf(a.stdout, "\nstudy %s: %d trials stored (%s); this run launched %d\n",
-		st.Name, len(sum.Records), strings.Join(parts, ", "), sum.Launched)
+	confirms := ""
+	if sum.Confirmations > 0 {
+		confirms = fmt.Sprintf(" and measured the top configs again %d time(s)", sum.Confirmations)
+	}
+	fmt.Fprintf(a.stdout, "\nstudy %s: %d trials stored (%s); this run launched %d%s\n",
+		st.Name, len(sum.Records), strings.Join(parts, ", "), sum.Launched, confirms)
 	if sum.Best == nil {
 		fmt.Fprintln(a.stdout, "no trial met the score's SLO and gates yet; see `sgtune status` for the reasons")
 		return

@@ -91,13 +91,9 @@ changes a database.`,
 func statusText(d *studyData, now time.Time) string {
 	var b strings.Builder
 	counts := map[string]int{}
-	launched := 0
 	var running []search.Record
 	for _, r := range d.recs {
 		counts[r.State]++
-		if r.LogPath != "" || len(r.Facts) > 0 || r.State == search.StateComplete || r.State == search.StateRunning {
-			launched++
-		}
 		if r.State == search.StateRunning {
 			running = append(running, r)
 		}
@@ -115,10 +111,10 @@ func statusText(d *studyData, now time.Time) string {
 	if n := d.budget(); n > 0 {
 		budget = fmt.Sprintf(" of %d", n)
 	}
-	fmt.Fprintf(&b, "study %s: %d trials (%s); %d%s launched\n", d.name, len(d.recs), strings.Join(parts, ", "), launched, budget)
+	fmt.Fprintf(&b, "study %s: %d trials (%s); %d%s launched\n", d.name, len(d.recs), strings.Join(parts, ", "), d.launched, budget)
 
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tSTATE\tSCORE\tSLO\tTIME\tDETAIL\tPARAMS")
+	fmt.Fprintln(tw, "#\tSTATE\tSCORE\tSLO\tTIME\tHOST\tJOB\tDETAIL\tPARAMS")
 	for _, r := range d.recs {
 		slo := ""
 		if r.State == search.StateComplete && r.Score != nil {
@@ -127,7 +123,7 @@ func statusText(d *studyData, now time.Time) string {
 				slo = "misses"
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Number, r.State, scoreCell(r), slo, timeCell(r, now),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Number, r.State, scoreCell(r), slo, timeCell(r, now), orDash(r.Host), orDash(r.SlurmJob),
 			detail(r), space.Params(r.Params).String())
 	}
 	tw.Flush()
@@ -308,4 +304,12 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// orDash shows an empty cell as "-".
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +33,10 @@ type studyData struct {
 	id    int
 	recs  []search.Record
 	attrs map[string]string // study user attributes
+	// launched is how many trials count against the study's budget, as
+	// the storage counts them (interrupted ones gave their launch back;
+	// confirmation reruns are outside the budget).
+	launched int
 }
 
 // open reads the chosen study. It never creates a database.
@@ -68,7 +73,11 @@ func readStudy(store *storage.Store, want string) (*studyData, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read attributes of study %q: %w", name, err)
 	}
-	return &studyData{store: store, name: name, id: id, recs: recs, attrs: attrs}, nil
+	launched, err := store.LaunchedCount(context.Background(), id)
+	if err != nil {
+		return nil, fmt.Errorf("count launched trials of %q: %w", name, err)
+	}
+	return &studyData{store: store, name: name, id: id, recs: recs, attrs: attrs, launched: launched}, nil
 }
 
 // scoreSpec returns the study's stored score spec, if the run stored it.

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sgtune/sgtune/search"
+	"github.com/sgtune/sgtune/space"
+	"github.com/sgtune/sgtune/storage"
+)
+
+func (a *app) workerCmd() *cobra.Command {
+	var (
+		storagePath string
+		timeout     time.Duration
+		parallel    int
+		logDir      string
+	)
+	cmd := &cobra.Command{
+		Use:   "worker STUDY_FILE",
+		Short: "Take trials of a shared study, as one of many processes on any hosts, until its budget is spent",
+		Long: `Worker runs the study exactly as run does (same checks, same loop), as one of
+many processes sharing it through one storage: start as many as you like, on
+as many hosts as you like, with the same study file and --storage (a
+postgres:// URL every host reaches; a SQLite file only serves workers of one
+host). Together they launch the study's budget (budget.trials) and never the
+same config twice; each proposal sees the trials the others are running.
+
+A worker that dies (kill -9, a lost host) stops beating: after
+launch.stale_after (default 2m) another worker takes its trial over,
+cancels what it left behind (its Slurm job) and runs it again. Once the budget
+is spent a worker waits while other workers' trials still run, so such a
+re-run always finds a worker, then exits.
+
+With launch.scheduler: slurm each trial is a Slurm job and --parallel (or
+budget.parallel) is how many jobs this worker keeps in flight; with local
+processes it is the number of GPU groups used, as for run. Progress lines
+are plain text, one per event.`,
+		Example: `  export SGTUNE_STORAGE=postgres://tuner@db.example:5432/tuner
+  sgtune worker study.yaml            # on each of several hosts
+  sgtune worker study.yaml --storage postgres://tuner@db/tuner --parallel 2`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := space.Load(args[0])
+			if err != nil {
+				return err
+			}
+			if storagePath == "" {
+				return badInput(errors.New("--storage is required: the postgres:// URL (or SQLite file) every worker of the study shares; $SGTUNE_STORAGE also sets it"))
+			}
+			if parallel < 0 || timeout < 0 {
+				return badInput(errors.New("--parallel and --timeout must not be negative"))
+			}
+			if groups := max(len(st.GPUGroups), 1); !st.Slurmed() && parallel > groups {
+				return badInput(fmt.Errorf("--parallel %d: the study has %d GPU group(s) (gpus.groups in %s); one trial runs per group", parallel, groups, st.Path))
+			}
+			logBase := "."
+			if !storage.IsPostgres(storagePath) {
+				dbPath, err := storage.ParsePath(storagePath)
+				if err != nil {
+					return badInput(fmt.Errorf("--storage: %w", err))
+				}
+				logBase = filepath.Dir(dbPath)
+				if fi, err := os.Stat(logBase); err != nil || !fi.IsDir() {
+					return badInput(fmt.Errorf("--storage %s: directory %s does not exist", storagePath, logBase))
+				}
+			}
+			pre := search.Check(st, a.getenv)
+			if err := pre.Err(); err != nil {
+				return err
+			}
+			for _, w := range pre.Warnings {
+				fmt.Fprintf(a.stderr, "warning: %s\n", w)
+			}
+			store, err := storage.Open(storagePath)
+			if err != nil {
+				return fmt.Errorf("open storage: %w", err)
+			}
+			defer store.Close()
+			if logDir == "" {
+				logDir = filepath.Join(logBase, "sgtune-logs")
+			}
+			// Slurm jobs write beside the log on their nodes: an absolute
+			// path on a shared filesystem.
+			if logDir, err = filepath.Abs(logDir); err != nil {
+				return badInput(fmt.Errorf("--log-dir: %w", err))
+			}
+
+			ctx, stop := context.WithCancel(cmd.Context())
+			defer stop()
+			abort := make(chan struct{})
+			watchDone := make(chan struct{})
+			defer close(watchDone)
+			go a.watchSignals(stop, abort, watchDone)
+
+			sum, runErr := search.Run(ctx, search.Options{
+				Study: st, Store: store, LogDir: logDir,
+				Timeout: timeout, Parallel: parallel, Worker: true,
+				Getenv: a.getenv, Abort: abort, Preflight: &pre,
+				Events: func(ev search.Event) { fmt.Fprintln(a.stdout, ev.Text) },
+			})
+			a.printSummary(st, sum, storagePath)
+			if runErr != nil {
+				return runErr
+			}
+			if sum.Interrupted {
+				return errInterrupted
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&storagePath, "storage", "", storageHelp+"; required")
+	f.DurationVar(&timeout, "timeout", 0, "stop starting trials after this long, e.g. 8h (default: the study file's budget.timeout)")
+	f.IntVar(&parallel, "parallel", 0, "trials this worker runs at once: Slurm jobs in flight, or local GPU groups (default: the study file's budget.parallel)")
+	f.StringVar(&logDir, "log-dir", "", "directory for per-trial server logs, shared by the nodes with Slurm (default: sgtune-logs beside the storage, or in the working directory for PostgreSQL)")
+	return cmd
+}

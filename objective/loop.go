@@ -1,0 +1,110 @@
+package objective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// looper runs one closed loop of requests: the HTTP client, or a Loop.
+type looper interface {
+	closedLoop(ctx context.Context, bodies [][]byte, conc int, hang time.Duration, collect bool) (*batch, error)
+	// startTokenProbe scrapes the server's generated-token counter before
+	// measured requests (a skipped check where there is none).
+	startTokenProbe(ctx context.Context) *tokenProbe
+	scrapeCounter(ctx context.Context, metric string) (counterScrape, error)
+}
+
+// Loop runs one closed loop of chat-completion requests for RunLoop, as
+// the load generator does against a URL: conc clients, each sending the
+// next body the moment its previous request ended, until every body was
+// sent (or it stops early: hang, server gone, as many failures in a row as
+// clients). A simulator running in virtual time implements it.
+type Loop interface {
+	// ClosedLoop sends bodies with conc clients. hang is the watchdog: no
+	// token for that long while requests are in flight stops the loop
+	// with an error wrapping ErrHang. collect keeps each answer's content
+	// and tool calls (the quality gates check them). The error is the
+	// cause of an early stop.
+	ClosedLoop(ctx context.Context, bodies [][]byte, conc int, hang time.Duration, collect bool) (LoopResult, error)
+}
+
+// LoopResult is what one closed loop measured.
+type LoopResult struct {
+	// Exchanges holds one entry per issued request, in issue order.
+	Exchanges []Exchange
+	// Duration is from the first request sent to the end of the last.
+	Duration time.Duration
+	// Counters kept as requests ended, independently of Exchanges: the
+	// audit compares the two.
+	Issued, Completed, Failed, Tokens int
+}
+
+// Exchange is one request as a streaming client saw it.
+type Exchange struct {
+	// Record is the request's measurement (Phase, Concurrency, Repeat and
+	// Context are filled in by the sweep).
+	Record RequestRecord
+	// ITLs are the gaps between the chunks that carried tokens.
+	ITLs []float64
+	// Content and ToolCalls are the answer when the loop collected it.
+	Content   string
+	ToolCalls []ToolCall
+}
+
+// ToolCall is one streamed tool call, fragments joined.
+type ToolCall struct {
+	Name      string
+	Arguments string
+}
+
+// RunLoop measures w through l instead of a URL: the same sweep, warm-ups,
+// quality gates, audit, statistics and errors as Run. model is the model
+// name the request bodies carry. Only the chat workload runs through a
+// Loop.
+func RunLoop(ctx context.Context, l Loop, model string, w Workload, opt Options) (*Result, error) {
+	w = w.WithDefaults()
+	res := &Result{Kind: w.Kind, Medians: map[int]Median{}, Model: model}
+	if err := w.Validate(); err != nil {
+		return res, err
+	}
+	if w.Kind != "chat" {
+		return res, fmt.Errorf("workload: kind %s cannot run through a Loop (only chat)", w.Kind)
+	}
+	err := runChat(ctx, loopAdapter{l}, model, w, opt, res)
+	res.finish()
+	return res, err
+}
+
+// loopAdapter turns a Loop's result into the load generator's batch.
+type loopAdapter struct{ l Loop }
+
+// errNoCounter is why a Loop's token counts are not checked: it serves no
+// /metrics (the virtual-time simulator counts what it generates itself).
+var errNoCounter = errors.New("measured through a loop without /metrics")
+
+func (loopAdapter) startTokenProbe(context.Context) *tokenProbe {
+	return &tokenProbe{err: errNoCounter}
+}
+
+func (loopAdapter) scrapeCounter(context.Context, string) (counterScrape, error) {
+	return counterScrape{}, errNoCounter
+}
+
+func (a loopAdapter) closedLoop(ctx context.Context, bodies [][]byte, conc int, hang time.Duration, collect bool) (*batch, error) {
+	lr, err := a.l.ClosedLoop(ctx, bodies, conc, hang, collect)
+	b := &batch{requested: len(bodies), wall: lr.Duration,
+		issued: int64(lr.Issued), completed: int64(lr.Completed), failed: int64(lr.Failed), tokens: int64(lr.Tokens)}
+	for _, x := range lr.Exchanges {
+		r := &streamResult{rec: x.Record, itls: x.ITLs}
+		if collect {
+			r.content.WriteString(x.Content)
+			for _, t := range x.ToolCalls {
+				r.tools = append(r.tools, toolCall(t))
+			}
+		}
+		b.results = append(b.results, r)
+	}
+	return b, err
+}
