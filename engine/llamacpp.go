@@ -251,7 +251,7 @@ func (llamaRules) Predict(v View, s Setup, l Learned) Prediction {
 	}
 	notes := e.notes
 	if c := s.Demand.Concurrency; c > 0 {
-		prompt, _ := llamaPrompt(s, l)
+		prompt := llamaPrompt(s, l)
 		switch {
 		case s.Demand.Matrix:
 			p.KVTokensNeeded = s.Demand.MinContext + s.Demand.MaxOutput
@@ -275,12 +275,12 @@ func (llamaRules) Predict(v View, s Setup, l Learned) Prediction {
 
 // llamaPrompt is the prompt size per request in llama tokens: what the
 // server counted in earlier trials, else the nominal size plus
-// LlamaPromptOverhead. counted says which.
-func llamaPrompt(s Setup, l Learned) (tokens int, counted bool) {
+// LlamaPromptOverhead.
+func llamaPrompt(s Setup, l Learned) int {
 	if l != nil && l.PromptTokens() > 0 {
-		return l.PromptTokens(), true
+		return l.PromptTokens()
 	}
-	return s.Demand.PromptTokens + LlamaPromptOverhead, false
+	return s.Demand.PromptTokens + LlamaPromptOverhead
 }
 
 // isOff reports whether a -fa value turns flash attention off (arg.cpp:1336-1346).
