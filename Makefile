@@ -89,5 +89,17 @@ bench-loadgen:
 llama-server:
 	bash scripts/llama-build.sh
 
+# --- llama.cpp end to end (the llama helper's lines) ---
+# sgtune against the real llama-server above: the study
+# testdata/studies/llama-cpu.yaml (12 launched trials), the token check against
+# the server's counter, a bad flag's classification time, the winner's export
+# started for /health, the report's plateau line. A few minutes on 2 cores;
+# outputs in out/test-llama. The last line is the summary:
+# trials=N complete=M token_mismatches=K bad_command_detect_ms=X winner_within_spread=yes|no
+.PHONY: test-llama
+test-llama: build
+	bash scripts/test-llama.sh
+# --- end of the llama helper's lines ---
+
 clean:
 	rm -rf bin sgtune.db sgtune.db-* best-launch.sh sgtune-logs out

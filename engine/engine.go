@@ -25,8 +25,28 @@ type Engine struct {
 	// Command is how the engine is usually started; exports of a study
 	// tuned through another command (a simulator, a wrapper) run it.
 	Command []string
-	// Image is the container image docker exports use, without a tag.
+	// Image is the container image docker exports use, with its tag
+	// (lmsysorg/sglang:latest); a study's pinned version naming an image
+	// replaces it.
 	Image string
+	// ImageCommand starts the server inside Image, before its flags; nil
+	// when the image's entrypoint is the server itself.
+	ImageCommand []string
+	// UsesGPUs says the server runs on GPUs: exports pin
+	// CUDA_VISIBLE_DEVICES and docker exports pass --gpus. False for a CPU
+	// build such as `make llama-server`'s.
+	UsesGPUs bool
+
+	// LaunchFlags are added to every launch after the config's flags (and
+	// before HostFlag/PortFlag): what sgtune itself needs of the server,
+	// such as its metrics for the token check or a log level that prints
+	// the startup facts. They are the launcher's, never a study's, and
+	// exports leave them out.
+	LaunchFlags []string
+	// ClearEnv names environment variables the server must not inherit
+	// because they would change its settings behind the command line; a
+	// name ending in * is a prefix.
+	ClearEnv []string
 
 	// ModelFlag takes the model path; ServedNameFlag the name the OpenAI
 	// API serves it under; APIKeyFlag the bearer token. HostFlag and
@@ -73,7 +93,7 @@ type Metrics struct {
 	Running, Queued string
 }
 
-var registry = []*Engine{SGLang}
+var registry = []*Engine{SGLang, LlamaCpp}
 
 // Lookup returns the engine a study file names; the error lists the valid
 // names.
@@ -93,6 +113,17 @@ func Names() []string {
 		out[i] = e.Name
 	}
 	return out
+}
+
+// Cleared reports whether the environment variable name is one the engine
+// must not inherit (ClearEnv).
+func (e *Engine) Cleared(name string) bool {
+	for _, c := range e.ClearEnv {
+		if p, ok := strings.CutSuffix(c, "*"); ok && strings.HasPrefix(name, p) || c == name {
+			return true
+		}
+	}
+	return false
 }
 
 // All returns every known engine.

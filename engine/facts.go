@@ -31,6 +31,16 @@ type Facts struct {
 	// context length it can hold at once (vLLM's "Maximum concurrency").
 	MaxConcurrency float64 `json:"max_concurrency,omitempty"`
 	StartupS       float64 `json:"startup_s"` // launch of the successful attempt to ready (set by the launcher)
+
+	// CPU servers (llama.cpp): generation and batch threads, the logical
+	// and physical batch sizes, whether the KV cache is one pool shared by
+	// all slots, and whether flash attention ended up on.
+	Threads        int    `json:"threads,omitempty"`
+	ThreadsBatch   int    `json:"threads_batch,omitempty"`
+	BatchSize      int    `json:"batch_size,omitempty"`
+	UBatchSize     int    `json:"ubatch_size,omitempty"`
+	KVUnified      bool   `json:"kv_unified,omitempty"`
+	FlashAttention string `json:"flash_attention,omitempty"` // enabled | disabled
 }
 
 // LogParser accumulates Facts from startup log lines, one line at a time.
@@ -106,6 +116,10 @@ const (
 	ClassHang                = "hang"
 	ClassCrashed             = "crashed"
 	ClassBadCommand          = "bad_command"
+	// ClassModelLoad: the engine could not load the model or create its
+	// context with these settings (llama.cpp: a missing or broken file,
+	// too many slots, a quantized V cache without flash attention).
+	ClassModelLoad = "model_load"
 )
 
 // Classify returns the signature a log line matches (nil for none) and

@@ -18,6 +18,9 @@ type Rules interface {
 // model, memory hint and workload.
 type Setup struct {
 	GPUsPerTrial int
+	// CPUsPerTrial is how many CPU cores one trial's server may use (0:
+	// not said; thread counts are then not checked).
+	CPUsPerTrial int
 	// Hybrid: the model has a linear-attention/mamba state pool.
 	Hybrid bool
 	// AcceptReduced: a config whose limits the engine would reduce below
@@ -72,6 +75,9 @@ type Prediction struct {
 	KVTokensNeeded int `json:"kv_tokens_needed,omitempty"`
 	// PromptTokens is the prompt size per request the need assumed.
 	PromptTokens int `json:"prompt_tokens,omitempty"`
+	// SlotContext is the context one request may use (llama.cpp's
+	// n_ctx_slot); 0 when unknown or not per request.
+	SlotContext int `json:"slot_context,omitempty"`
 	// Notes list the engine's auto-adjustments the prediction assumed.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -91,8 +97,9 @@ type Observation struct {
 	// engine); Prior is the hint's KV prediction for X (0 without a hint).
 	X     []float64
 	Prior float64
-	// KVTokens, MaxRunning and StateSlots are what the engine reported.
-	KVTokens, MaxRunning, StateSlots int
+	// KVTokens, MaxRunning and StateSlots are what the engine reported;
+	// ContextLen its context per request (0: not reported).
+	KVTokens, MaxRunning, StateSlots, ContextLen int
 	// RatioKey and Ratio: a state ratio the caps revealed (0: none).
 	RatioKey string
 	Ratio    int

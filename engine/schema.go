@@ -38,6 +38,50 @@ type FlagSpec struct {
 	HumanReadable bool     `yaml:"human_readable"`
 	Owner         string   `yaml:"owner"` // "", study, launcher
 	Deprecated    string   `yaml:"deprecated"`
+	// Negations are spellings that turn a bool flag off (llama.cpp's
+	// --no-cont-batching, -nocb). Where the default is on, only a negation
+	// can turn the flag off.
+	Negations []string `yaml:"negations"`
+	// Default is what the engine uses when the flag is absent, as text
+	// ("on", "2048", "auto"); "" when the schema does not say.
+	Default string `yaml:"default"`
+}
+
+// DefaultOn reports whether a bool flag is on when absent (its Default
+// says "on", optionally followed by a remark).
+func (f *FlagSpec) DefaultOn() bool {
+	d := strings.ToLower(strings.TrimSpace(f.Default))
+	return d == "on" || d == "true" || strings.HasPrefix(d, "on ") || strings.HasPrefix(d, "true ")
+}
+
+// Negation is the spelling that turns a bool flag off: its first long
+// negation, else its first negation; "" when it has none.
+func (f *FlagSpec) Negation() string {
+	for _, n := range f.Negations {
+		if strings.HasPrefix(n, "--") {
+			return n
+		}
+	}
+	if len(f.Negations) > 0 {
+		return f.Negations[0]
+	}
+	return ""
+}
+
+// SwitchWords are the words that set a bool flag to on (or off) when it
+// differs from the engine's default: nothing for the default, the flag for
+// on, its negation for off. A flag off by default (or with no stated
+// default) and no negation has no way to be written off: nothing.
+func (f *FlagSpec) SwitchWords(on bool) []string {
+	switch {
+	case on && f.DefaultOn():
+		return nil
+	case on:
+		return []string{f.Name}
+	case f.DefaultOn() && f.Negation() != "":
+		return []string{f.Negation()}
+	}
+	return nil
 }
 
 // FlagSchema is a versioned set of engine flags.
@@ -45,11 +89,22 @@ type FlagSchema struct {
 	Engine  string     `yaml:"engine"`
 	Version string     `yaml:"version"`
 	Flags   []FlagSpec `yaml:"flags"`
+	// InlineValues says whether the engine reads --flag=value as the flag
+	// and its value (argparse does; nil means yes). llama.cpp looks the
+	// whole word up, so --port=8080 is an unknown argument there.
+	InlineValues *bool `yaml:"inline_values"`
 
 	// Source names where the schema came from (bundled file or path).
-	Source string `yaml:"-"`
-	byName map[string]*FlagSpec
+	Source  string `yaml:"-"`
+	byName  map[string]*FlagSpec
+	negated map[string]bool // spellings that are negations
 }
+
+// Inline reports whether the engine accepts --flag=value.
+func (s *FlagSchema) Inline() bool { return s.InlineValues == nil || *s.InlineValues }
+
+// IsNegation reports whether name is a spelling that turns a bool flag off.
+func (s *FlagSchema) IsNegation(name string) bool { return s.negated[name] }
 
 // ParseFlagSchema decodes a flag schema document.
 func ParseFlagSchema(data []byte, source string) (*FlagSchema, error) {
@@ -61,6 +116,7 @@ func ParseFlagSchema(data []byte, source string) (*FlagSchema, error) {
 	}
 	s.Source = source
 	s.byName = map[string]*FlagSpec{}
+	s.negated = map[string]bool{}
 	for i := range s.Flags {
 		f := &s.Flags[i]
 		switch f.Type {
@@ -68,7 +124,13 @@ func ParseFlagSchema(data []byte, source string) (*FlagSchema, error) {
 		default:
 			return nil, fmt.Errorf("flag schema %s: %s: type %q; valid: int, float, str, bool", source, f.Name, f.Type)
 		}
-		for _, n := range append([]string{f.Name}, f.Aliases...) {
+		if len(f.Negations) > 0 && f.Type != "bool" {
+			return nil, fmt.Errorf("flag schema %s: %s has negations but is a %s; valid: negations on bool flags only", source, f.Name, f.Type)
+		}
+		for _, n := range f.Negations {
+			s.negated[n] = true
+		}
+		for _, n := range slices.Concat([]string{f.Name}, f.Aliases, f.Negations) {
 			if !isFlagName(n) {
 				return nil, fmt.Errorf("flag schema %s: %q is not a flag name (--name or -n)", source, n)
 			}
@@ -153,6 +215,9 @@ func (s *FlagSchema) Closest(name string) string {
 	}
 	if len(prefixed) > 0 {
 		sort.Slice(prefixed, func(i, j int) bool { return len(prefixed[i]) < len(prefixed[j]) })
+		if s.negated[prefixed[0]] {
+			return prefixed[0]
+		}
 		return s.byName[prefixed[0]].Name
 	}
 	return Nearest(name, names)
@@ -259,9 +324,10 @@ func parseHumanInt(v string, human bool) (int64, error) {
 
 // FlagArg is one flag occurrence in an argv.
 type FlagArg struct {
-	Name   string // as written
-	Spec   *FlagSpec
-	Values []string // nil for a switch
+	Name    string // as written
+	Spec    *FlagSpec
+	Values  []string // nil for a switch
+	Negated bool     // a negation spelling (--no-cont-batching): the switch is off
 }
 
 // ParseArgv splits engine flags into occurrences using the schema. Unknown
@@ -275,14 +341,25 @@ func (s *FlagSchema) ParseArgv(argv []string) ([]FlagArg, error) {
 			return nil, fmt.Errorf("%q is not a flag; engine flags start with - or --", tok)
 		}
 		spec, ok := s.Lookup(name)
+		if hasInline && !s.Inline() {
+			if ok && spec.Type != "bool" {
+				return nil, fmt.Errorf("%s: %s takes no --flag=value form (it reads the whole word as an unknown argument); valid: %s %s, the value as the next word", tok, s.Engine, name, inline)
+			}
+			if ok {
+				return nil, fmt.Errorf("%s: %s takes no --flag=value form and %s is a switch; valid: %s alone", tok, s.Engine, name, name)
+			}
+		}
 		if !ok {
 			return nil, fmt.Errorf("unknown flag %s (did you mean %s?)", name, s.Closest(name))
 		}
-		a := FlagArg{Name: name, Spec: spec}
+		a := FlagArg{Name: name, Spec: spec, Negated: s.negated[name]}
 		switch {
 		case spec.Type == "bool":
 			if hasInline {
 				return nil, fmt.Errorf("%s is a switch and takes no value (got %q)", name, inline)
+			}
+			if i+1 < len(argv) && !s.isFlag(argv[i+1]) {
+				return nil, fmt.Errorf("%q is not a flag: %s is a switch and takes no value; valid: %s", argv[i+1], name, s.switchForms(spec))
 			}
 		case hasInline:
 			a.Values = []string{inline}
@@ -308,6 +385,14 @@ func (s *FlagSchema) ParseArgv(argv []string) ([]FlagArg, error) {
 	return out, nil
 }
 
+// switchForms says how a switch is written on and, when it can be, off.
+func (s *FlagSchema) switchForms(f *FlagSpec) string {
+	if n := f.Negation(); n != "" {
+		return fmt.Sprintf("%s alone to turn it on, %s to turn it off", f.Name, n)
+	}
+	return f.Name + " alone to turn it on, or leave it out"
+}
+
 // isFlagName reports whether s looks like a flag: --name or -n (a dash and
 // a letter; "-1" is a negative number, a value).
 func isFlagName(s string) bool {
@@ -321,7 +406,10 @@ func isFlagName(s string) bool {
 // value: a long flag, or a short one the schema knows (so "-1" and "-"
 // stay values).
 func (s *FlagSchema) isFlag(word string) bool {
-	name, _, _ := strings.Cut(word, "=")
+	name := word
+	if s.Inline() {
+		name, _, _ = strings.Cut(word, "=")
+	}
 	if strings.HasPrefix(name, "--") {
 		return true
 	}

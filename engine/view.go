@@ -6,7 +6,8 @@ import (
 )
 
 // View holds a config's engine flags by canonical name (aliases resolved
-// through the schema); a switch maps to an empty, non-nil slice. The last
+// through the schema); a switch maps to an empty, non-nil slice, a switch
+// turned off by its negation (--no-cont-batching) to a nil one. The last
 // occurrence of a flag wins. Flags the schema does not know are left out.
 type View map[string][]string
 
@@ -14,13 +15,18 @@ type View map[string][]string
 func NewView(s *FlagSchema, flags []string) View {
 	v := View{}
 	for i := 0; i < len(flags); i++ {
-		name, inline, hasInline := strings.Cut(flags[i], "=")
+		name, inline, hasInline := flags[i], "", false
+		if s.Inline() {
+			name, inline, hasInline = strings.Cut(flags[i], "=")
+		}
 		spec, ok := s.Lookup(name)
 		if !ok {
 			continue
 		}
 		vals := []string{}
 		switch {
+		case s.IsNegation(name):
+			vals = nil
 		case spec.Type == "bool":
 		case hasInline:
 			vals = append(vals, inline)
@@ -38,8 +44,18 @@ func NewView(s *FlagSchema, flags []string) View {
 	return v
 }
 
-// On reports whether the flag is present.
-func (v View) On(name string) bool { _, ok := v[name]; return ok }
+// On reports whether the flag is present (and, for a switch, not turned
+// off by its negation).
+func (v View) On(name string) bool { vals, ok := v[name]; return ok && vals != nil }
+
+// Switch reports whether a switch is on: def when it is absent.
+func (v View) Switch(name string, def bool) bool {
+	vals, ok := v[name]
+	if !ok {
+		return def
+	}
+	return vals != nil
+}
 
 // Str returns the flag's first value.
 func (v View) Str(name string) (string, bool) {

@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,7 +46,7 @@ type Spec struct {
 	// Engine says how the server reports readiness, facts and failures;
 	// nil means SGLang.
 	Engine         *engine.Engine
-	Argv           []string      // program and flags, without --host/--port (the launcher adds them)
+	Argv           []string      // program and flags, without --host/--port and the engine's LaunchFlags (the launcher adds them)
 	Env            []string      // extra KEY=VALUE entries (they win over the inherited ones)
 	GPUs           []int         // exported as CUDA_VISIBLE_DEVICES when non-empty
 	LogPath        string        // the server's combined stdout/stderr; "" keeps only the in-memory tail
@@ -75,6 +76,10 @@ type Failure struct {
 	Excerpt  string // the log lines that decided the class (redacted, at most ~4 KB)
 	Tail     string // the last lines of the log (redacted), for storage with the trial
 	Err      error  // the underlying error, if any (exec error, timeout)
+	// Detected is how long after the process exited the failure was
+	// classified (the wait for its last output included); 0 when the
+	// process did not exit on its own.
+	Detected time.Duration
 }
 
 // Error returns the class, followed by the underlying error when there is one.
@@ -304,7 +309,10 @@ func (s *Server) launchAttempt(path string, attempt int) (*proc, time.Time, erro
 		s.closeLog()
 		return nil, time.Time{}, fmt.Errorf("launcher: %w", err)
 	}
-	argv := append(append([]string(nil), s.spec.Argv...), s.eng().HostFlag, "127.0.0.1", s.eng().PortFlag, strconv.Itoa(port))
+	// The engine's own launch flags (its metrics, a log level with the
+	// startup facts), then the address.
+	argv := slices.Concat(s.spec.Argv, s.eng().LaunchFlags,
+		[]string{s.eng().HostFlag, "127.0.0.1", s.eng().PortFlag, strconv.Itoa(port)})
 	if attempt > 1 {
 		s.sink.reset()
 	}
@@ -358,8 +366,9 @@ func (s *Server) retryPort(ctx context.Context) error {
 func (s *Server) diedBeforeReady(ctx context.Context, p *proc) *Failure {
 	_, _, m := s.sink.state()
 	class := classify(m, p.exitCode, false)
-	s.sink.note(fmt.Sprintf("exited with status %d before ready: %s", p.exitCode, class))
 	f := s.newFailure(class, p.exitCode, m, nil)
+	f.Detected = time.Since(p.exitedAt)
+	s.sink.note(fmt.Sprintf("exited with status %d before ready: %s (classified %d ms after the exit)", p.exitCode, class, f.Detected.Milliseconds()))
 	// The process is gone; a failed release is noted in the log.
 	_ = s.teardown(ctx, false)
 	s.closeLog()
@@ -421,10 +430,19 @@ func (s *Server) aborted() bool {
 	}
 }
 
-// env is the child's environment: ours, then the GPU selection, then
-// Spec.Env (exec keeps the last value of a duplicated key).
+// env is the child's environment: ours without the variables the engine
+// must not inherit (Engine.ClearEnv: they would change its settings behind
+// the command line), then the GPU selection, then Spec.Env (exec keeps the
+// last value of a duplicated key).
 func (s *Server) env() []string {
-	env := os.Environ()
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if s.eng().Cleared(name) {
+			continue
+		}
+		env = append(env, kv)
+	}
 	if len(s.spec.GPUs) > 0 {
 		// nvidia-smi numbers GPUs in PCI order; make CUDA agree so the
 		// indices we export and the ones we check are the same devices.
@@ -549,6 +567,7 @@ func (s *Server) monitor() {
 		code := s.proc.exitCode
 		s.sink.note(fmt.Sprintf("exited with status %d after ready", code))
 		s.failure = s.newFailure(classify(m, code, true), code, m, nil)
+		s.failure.Detected = time.Since(s.proc.exitedAt)
 	}
 	s.mu.Unlock()
 	close(s.exited)
@@ -738,6 +757,7 @@ type proc struct {
 	mu       sync.Mutex
 	reaped   bool
 	exitCode int
+	exitedAt time.Time // when the exit was seen; read after done is closed
 }
 
 // signalGroup signals the process group, unless the leader was already
@@ -795,6 +815,7 @@ func launch(path string, argv []string, env []string, sink *lineSink) (*proc, er
 		p.pid = cmd.Process.Pid
 		started <- nil
 		_ = waitExitedNoReap(p.pid)
+		p.exitedAt = time.Now()
 		p.mu.Lock()
 		// Kill what is left of the group before the reap frees the id.
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)

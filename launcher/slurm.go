@@ -356,7 +356,8 @@ if [ "$rank" = 0 ]; then
   printf '%%s %%s %%s\n' "$node" "$port" "${CUDA_VISIBLE_DEVICES-}" >%s && mv -f %s %s
 fi
 `, notePrefix, epTmp, epTmp, ep)
-	t.WriteString("exec " + shell.Join(s.spec.Argv))
+	// The engine's own launch flags (metrics, a log level with the facts) as Start adds them.
+	t.WriteString("exec " + shell.Join(slices.Concat(s.spec.Argv, eng.LaunchFlags)))
 	if n := max(s.opt.Nodes, 1); n > 1 {
 		f := s.opt.NodeFlags
 		if f.NNodes == "" || f.NodeRank == "" || f.DistInitAddr == "" {
@@ -542,7 +543,11 @@ func (s *SlurmServer) submit(ctx context.Context) error {
 	// The submission runs to its end even when ctx ends meanwhile: a job
 	// submitted behind our back would run unseen; one we know of is
 	// cancelled by the caller's cleanup.
-	out, err := slurmRunEnv(context.WithoutCancel(ctx), jobEnv(os.Environ()), "sbatch", args...)
+	env := slices.DeleteFunc(jobEnv(os.Environ()), func(kv string) bool { // nor what the engine must not inherit
+		k, _, _ := strings.Cut(kv, "=")
+		return s.eng().Cleared(k)
+	})
+	out, err := slurmRunEnv(context.WithoutCancel(ctx), env, "sbatch", args...)
 	if err != nil {
 		s.sink.note(err.Error())
 		return fmt.Errorf("%w: %w", ErrSubmit, err)

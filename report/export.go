@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/shell"
 )
 
@@ -21,12 +23,15 @@ const DefaultAPIKeyEnv = "SGTUNE_API_KEY"
 
 // Launch is what an export needs to know about one trial.
 type Launch struct {
+	// Engine is the engine the trial ran (its API key flag, image, whether
+	// it uses GPUs); nil means SGLang.
+	Engine      *engine.Engine
 	Study       string
 	Trial       int
 	Score       float64
 	ScoreReason string            // how the score was read, e.g. "... at c=64"
-	Command     []string          // engine command, e.g. python3 -m sglang.launch_server
-	Flags       []string          // engine flags, --model-path first
+	Command     []string          // engine command, e.g. python3 -m sglang.launch_server or llama-server
+	Flags       []string          // engine flags, the model flag first
 	Env         map[string]string // extra environment
 	GPUs        string            // CUDA_VISIBLE_DEVICES, "" for unset
 	Version     string            // engine version or image digest the study pinned
@@ -65,7 +70,13 @@ func Write(w io.Writer, format string, l Launch) error {
 	if !envName.MatchString(l.APIKeyEnv) {
 		return fmt.Errorf("API key variable %q: want a shell variable name such as %s", l.APIKeyEnv, DefaultAPIKeyEnv)
 	}
-	l.Flags = withoutAPIKey(l.Flags)
+	if l.Engine == nil {
+		l.Engine = engine.SGLang
+	}
+	if !l.Engine.UsesGPUs {
+		l.GPUs = "" // a CPU server: no GPU to pin
+	}
+	l.Flags = withoutAPIKey(l.Flags, l.Engine.APIKeyFlag)
 	switch format {
 	case "bash":
 		return bash(w, l)
@@ -75,6 +86,7 @@ func Write(w io.Writer, format string, l Launch) error {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
+			Engine        string                 `json:"engine"`
 			Study         string                 `json:"study"`
 			Trial         int                    `json:"trial"`
 			Score         float64                `json:"score"`
@@ -89,29 +101,38 @@ func Write(w io.Writer, format string, l Launch) error {
 			Env           map[string]string      `json:"env,omitempty"`
 			GPUs          string                 `json:"cuda_visible_devices,omitempty"`
 			Params        map[string]interface{} `json:"params"`
-		}{l.Study, l.Trial, l.Score, l.ScoreReason, l.Measured, l.Version, l.ModelRevision, date(l.Created),
+		}{l.Engine.Name, l.Study, l.Trial, l.Score, l.ScoreReason, l.Measured, l.Version, l.ModelRevision, date(l.Created),
 			l.APIKeyEnv, l.Command, l.Flags, l.Env, l.GPUs, l.Params})
 	}
 	return fmt.Errorf("unknown format %q (valid: %s)", format, strings.Join(Formats, ", "))
 }
 
-// withoutAPIKey drops --api-key and its value: a key must not be written
-// into a file that is shared and committed.
-func withoutAPIKey(flags []string) []string {
+// withoutAPIKey drops the API key flag and its value: a key must not be
+// written into a file that is shared and committed.
+func withoutAPIKey(flags []string, keyFlag string) []string {
 	var out []string
 	for i := 0; i < len(flags); i++ {
-		if flags[i] == "--api-key" {
-			if i+1 < len(flags) && !strings.HasPrefix(flags[i+1], "--") {
+		if flags[i] == keyFlag {
+			if i+1 < len(flags) && !isFlagWord(flags[i+1]) {
 				i++
 			}
 			continue
 		}
-		if strings.HasPrefix(flags[i], "--api-key=") {
+		if strings.HasPrefix(flags[i], keyFlag+"=") {
 			continue
 		}
 		out = append(out, flags[i])
 	}
 	return out
+}
+
+// isFlagWord reports whether an argv word starts a flag: --name, or a dash
+// and a letter (llama.cpp's -np, -fa); "-1" is a value.
+func isFlagWord(w string) bool {
+	if strings.HasPrefix(w, "--") {
+		return len(w) > 2
+	}
+	return len(w) > 1 && w[0] == '-' && (w[1] >= 'a' && w[1] <= 'z' || w[1] >= 'A' && w[1] <= 'Z')
 }
 
 func date(t time.Time) string {
@@ -165,9 +186,9 @@ func header(w io.Writer, l Launch) {
 // apiKey lets the engine require the key from the environment, read when
 // the script runs.
 func apiKey(w io.Writer, l Launch) {
-	fmt.Fprintf(w, "# When %s is set, the server requires that key from clients (--api-key).\n", l.APIKeyEnv)
+	fmt.Fprintf(w, "# When %s is set, the server requires that key from clients (%s).\n", l.APIKeyEnv, l.Engine.APIKeyFlag)
 	fmt.Fprintf(w, "if [[ -n \"${%s:-}\" ]]; then\n", l.APIKeyEnv)
-	fmt.Fprintf(w, "  set -- --api-key \"$%s\" \"$@\"\n", l.APIKeyEnv)
+	fmt.Fprintf(w, "  set -- %s \"$%s\" \"$@\"\n", l.Engine.APIKeyFlag, l.APIKeyEnv)
 	fmt.Fprintln(w, "fi")
 }
 
@@ -195,38 +216,63 @@ func docker(w io.Writer, l Launch) error {
 	fmt.Fprintln(w, "# Extra arguments (e.g. --port 30000) are passed through to the engine.")
 	fmt.Fprintln(w, "# IMAGE defaults to the study's pinned engine version when it names an image.")
 	fmt.Fprintln(w, "set -euo pipefail")
-	image := "lmsysorg/sglang:latest"
+	image := l.Engine.Image
 	if strings.Contains(l.Version, "/") || strings.Contains(l.Version, "@sha256:") {
 		image = l.Version
 	}
 	fmt.Fprintf(w, "IMAGE=${IMAGE:-%s}\n", shell.Quote(image))
 	apiKey(w, l)
-	gpus := "all"
-	if l.GPUs != "" {
-		gpus = `'"device=` + l.GPUs + `"'`
+	run := "exec docker run --rm"
+	if l.Engine.UsesGPUs {
+		gpus := "all"
+		if l.GPUs != "" {
+			gpus = `'"device=` + l.GPUs + `"'`
+		}
+		// The GPU workers of a PyTorch server share memory between processes.
+		run += " --gpus " + gpus + " --ipc=host --shm-size 32g"
 	}
-	fmt.Fprintf(w, "exec docker run --rm --gpus %s --ipc=host --shm-size 32g --network host \\\n", gpus)
-	fmt.Fprintln(w, "  -v \"${HF_HOME:-$HOME/.cache/huggingface}:/root/.cache/huggingface\" \\")
+	fmt.Fprintf(w, "%s --network host \\\n", run)
+	if dir := modelDir(l); dir != "" {
+		// A model file on this machine: the same path inside, read-only.
+		fmt.Fprintf(w, "  -v %s \\\n", shell.Quote(dir+":"+dir+":ro"))
+	} else {
+		fmt.Fprintln(w, "  -v \"${HF_HOME:-$HOME/.cache/huggingface}:/root/.cache/huggingface\" \\")
+	}
 	for _, k := range slices.Sorted(maps.Keys(l.Env)) {
 		fmt.Fprintf(w, "  -e %s \\\n", shell.Quote(k+"="+l.Env[k]))
 	}
-	// Inside the image: the study's command when it is an SGLang entry
-	// point (python3 -m sglang.launch_server, sglang serve), else SGLang's.
-	inside := "python3 -m sglang.launch_server"
-	if len(l.Command) > 0 && (strings.HasPrefix(l.Command[0], "python") || l.Command[0] == "sglang") {
-		inside = shell.Join(l.Command)
+	fmt.Fprint(w, "  \"$IMAGE\"")
+	// Inside the image: nothing when its entrypoint is the server
+	// (llama.cpp's server image), else the study's command when it is an
+	// entry point of the engine's own (python3 -m sglang.launch_server,
+	// sglang serve), else the image's.
+	if inside := l.Engine.ImageCommand; len(inside) > 0 {
+		if len(l.Command) > 0 && (strings.HasPrefix(l.Command[0], "python") || l.Command[0] == "sglang") {
+			inside = l.Command
+		}
+		fmt.Fprintf(w, " %s", shell.Join(inside))
 	}
-	fmt.Fprintf(w, "  \"$IMAGE\" %s", inside)
 	writeFlags(w, l.Flags)
 	fmt.Fprintln(w, " \\\n  \"$@\"")
 	return nil
+}
+
+// modelDir is the folder of the model when the model flag names a file by
+// an absolute path (a local GGUF), else "" (a hub id or a relative path).
+func modelDir(l Launch) string {
+	for i := 0; i+1 < len(l.Flags); i++ {
+		if l.Flags[i] == l.Engine.ModelFlag && filepath.IsAbs(l.Flags[i+1]) {
+			return filepath.Dir(l.Flags[i+1])
+		}
+	}
+	return ""
 }
 
 // writeFlags writes one flag (with its value) per continued line.
 func writeFlags(w io.Writer, flags []string) {
 	for i := 0; i < len(flags); i++ {
 		fmt.Fprintf(w, " \\\n  %s", shell.Quote(flags[i]))
-		if i+1 < len(flags) && !strings.HasPrefix(flags[i+1], "--") {
+		if i+1 < len(flags) && !isFlagWord(flags[i+1]) {
 			fmt.Fprintf(w, " %s", shell.Quote(flags[i+1]))
 			i++
 		}

@@ -255,3 +255,53 @@ func TestShellQuoteRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteLlama: a llama.cpp trial exports as llama-server with its own
+// flag forms (short flags with their values, negations), the CPU server
+// image without GPUs, and the model's folder mounted.
+func TestWriteLlama(t *testing.T) {
+	l := Launch{Engine: engine.LlamaCpp, Study: "llama-cpu", Trial: 3, Score: 152.5, Command: []string{"llama-server"},
+		Flags: []string{"-m", "/models/tiny.gguf", "--alias", "tiny", "-c", "2048", "-np", "4", "-n", "-1", "-fa", "on",
+			"--no-cont-batching", "-cb", "--api-key", "sk-secret"},
+		Env: map[string]string{"OMP_WAIT_POLICY": "PASSIVE"}, GPUs: "0", Params: map[string]interface{}{"slots": "4"}}
+	s, _, err := engine.LlamaCpp.Schema("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckFlags(s, l.Flags); err != nil {
+		t.Fatalf("llama flags rejected: %v", err)
+	}
+	out := map[string]string{}
+	for _, format := range Formats {
+		var buf bytes.Buffer
+		if err := Write(&buf, format, l); err != nil {
+			t.Fatal(err)
+		}
+		out[format] = buf.String()
+		if strings.Contains(buf.String(), "sk-secret") || strings.Contains(buf.String(), "CUDA_VISIBLE_DEVICES") {
+			t.Errorf("%s: the key or a GPU pin is in the export:\n%s", format, buf.String())
+		}
+	}
+	for _, want := range []string{"exec llama-server \\\n  -m /models/tiny.gguf \\\n  --alias tiny \\\n  -c 2048 \\\n  -np 4 \\\n  -n -1 \\\n  -fa on \\\n  --no-cont-batching \\\n  -cb \\\n  \"$@\"",
+		"export OMP_WAIT_POLICY=PASSIVE", `set -- --api-key "$SGTUNE_API_KEY" "$@"`} {
+		if !strings.Contains(out["bash"], want) {
+			t.Errorf("bash lacks %q:\n%s", want, out["bash"])
+		}
+	}
+	for _, want := range []string{"IMAGE=${IMAGE:-ghcr.io/ggml-org/llama.cpp:server}", "exec docker run --rm --network host \\\n  -v /models:/models:ro \\\n  -e OMP_WAIT_POLICY=PASSIVE \\\n  \"$IMAGE\" \\\n  -m /models/tiny.gguf"} {
+		if !strings.Contains(out["docker"], want) {
+			t.Errorf("docker lacks %q:\n%s", want, out["docker"])
+		}
+	}
+	for _, bad := range []string{"--gpus", "python3", "huggingface"} {
+		if strings.Contains(out["docker"], bad) {
+			t.Errorf("docker has %q:\n%s", bad, out["docker"])
+		}
+	}
+	if !strings.Contains(out["json"], `"engine": "llamacpp"`) {
+		t.Errorf("json:\n%s", out["json"])
+	}
+	if err := CheckFlags(s, []string{"-m", "/m.gguf", "--parallel=4"}); err == nil || !strings.Contains(err.Error(), "valid: --parallel 4") {
+		t.Errorf("--parallel=4: %v", err)
+	}
+}

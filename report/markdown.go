@@ -35,6 +35,9 @@ func writeMarkdown(w io.Writer, v *view) {
 		fmt.Fprintf(w, "## Best: trial %d, score %.2f\n\n", b.Number, *b.Score)
 		fmt.Fprintf(w, "```\n%s\n```\n\n", strings.Join(b.Flags, " "))
 		levelTable(w, b.Levels)
+		if v.Plateau != "" {
+			fmt.Fprintf(w, "%s\n\n", v.Plateau)
+		}
 	}
 	if len(v.Confirm) > 0 {
 		fmt.Fprintln(w, "## Confirmation reruns")

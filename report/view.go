@@ -29,6 +29,7 @@ type view struct {
 	Rows        []trialRow
 	Confirm     []confirmRow
 	Tie         string // "tie within the measured spread: ..." or ""
+	Plateau     string // whether the winner is on the measured plateau; "" without a winner
 	Failures    []failure
 	Matrix      *matrixTable
 	Generated   string
@@ -140,6 +141,9 @@ func buildView(st Study) *view {
 		v.Rows = append(v.Rows, v.row(t))
 	}
 	v.confirmations()
+	if p, ok := PlateauOf(st); ok {
+		v.Plateau = p.Text()
+	}
 	for _, t := range st.Trials {
 		if t.State != "failed" && t.State != "infeasible" {
 			continue

@@ -584,3 +584,83 @@ func TestTPEDoesNotStallOnDuplicates(t *testing.T) {
 		t.Errorf("%d launches, %d trials stored (%v); want the budget of 12 without a long run of duplicates", len(b.launches), len(sum.Records), c)
 	}
 }
+
+// rerunBackend measures every config a tenth as fast from its second run on,
+// level by level with the load generator's AfterLevel hook, so that a
+// rerun would be pruned at its first level if reruns were pruned.
+type rerunBackend struct {
+	fakeBackend
+	runs map[string]int
+}
+
+func (b *rerunBackend) Start(ctx context.Context, spec launcher.Spec) (Running, error) {
+	r, err := b.fakeBackend.Start(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.runs == nil {
+		b.runs = map[string]int{}
+	}
+	flags := r.(*fakeRunning).flags
+	b.runs[flags]++
+	return &rerunRunning{fakeRunning: r.(*fakeRunning), slow: b.runs[flags] > 1}, nil
+}
+
+type rerunRunning struct {
+	*fakeRunning
+	slow bool
+}
+
+func (f *rerunRunning) Measure(ctx context.Context, w objective.Workload, opt objective.Options) (*objective.Result, error) {
+	scale := 1.0
+	if f.slow {
+		scale = 0.1
+	}
+	res := &objective.Result{Kind: "chat"}
+	levels := w.Chat.Concurrency
+	for i, c := range levels {
+		p := result(c, scale*tokS(f.flags)*float64(c)/4, 0.1).Points[0]
+		res.Points = append(res.Points, p)
+		res.Medians = objective.Medians(res.Points)
+		if opt.AfterLevel != nil && i < len(levels)-1 {
+			if err := opt.AfterLevel(c, []objective.Point{p}); err != nil {
+				return res, fmt.Errorf("after concurrency %d: %w", c, err)
+			}
+		}
+	}
+	return res, nil
+}
+
+// TestConfirmRunsAreNotPruned: a confirmation run measures its config in
+// full even when its first level is far below the best (a pruned rerun would
+// pool as 0 and decide the winner on noise).
+func TestConfirmRunsAreNotPruned(t *testing.T) {
+	st, store, _ := openFake(t, "concurrency: [4], requests: [4]", "concurrency: [1, 4], requests: [2, 4]",
+		"budget: {trials: 6, sampler: random, seed: 3, confirm: 0}", "budget: {trials: 6, sampler: random, seed: 3, confirm: 2, prune: {fraction: 0.5, min_complete: 1}}")
+	sum, err, _ := runFake(t, context.Background(), st, store, &rerunBackend{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	confirms := 0
+	for _, r := range sum.Records {
+		if r.ConfirmOf == nil {
+			continue
+		}
+		confirms++
+		if r.State != StateComplete {
+			t.Errorf("confirmation run %d of trial %d: %s (%s)", r.Number, *r.ConfirmOf, r.State, r.Reason)
+		}
+	}
+	if confirms != 2 || sum.Winner == nil {
+		t.Fatalf("%d confirmation runs, winner %+v", confirms, sum.Winner)
+	}
+	for _, c := range sum.Winner.Candidates {
+		for _, m := range c.Runs {
+			if !m.OK || m.Score <= 0 {
+				t.Errorf("candidate %d: run %+v did not count its measurement", c.Trial, m)
+			}
+		}
+	}
+}

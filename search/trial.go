@@ -29,6 +29,7 @@ var deterministicClasses = map[string]bool{
 	engine.ClassStartupCrash:        true,
 	engine.ClassCrashed:             true,
 	engine.ClassBadCommand:          true,
+	engine.ClassModelLoad:           true,
 	engine.ClassHang:                true,
 	ClassQuality:                    true,
 	ClassLimitsReduced:              true,
@@ -405,6 +406,11 @@ func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs ma
 			r.emit(Event{Kind: EventPhase, Trial: t.number, Phase: phase, Text: fmt.Sprintf("trial %d   %s", t.number, phase)})
 		},
 		AfterLevel: func(conc int, pts []objective.Point) error {
+			if t.confirmOf != nil {
+				// A confirmation run measures its config in full: pruned, it
+				// would pool as a 0 and decide the winner on noise.
+				return nil
+			}
 			recs, err := Records(r.store, r.st.Name)
 			if err != nil {
 				return err

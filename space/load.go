@@ -95,7 +95,7 @@ var (
 var reservedNames = []string{"and", "or", "not", "in", "true", "false", "null", "min", "max", "abs", "predicted", "gpus_per_trial"}
 
 func (d *dec) study(st *Study, root *yaml.Node) {
-	m := d.mapping(root, "", "name", "engine", "model", "memory", "fixed", "gpus", "params", "derived",
+	m := d.mapping(root, "", "name", "engine", "model", "memory", "fixed", "gpus", "cpus", "params", "derived",
 		"constraints", "on_limits_reduced", "workload", "score", "budget", "launch")
 	if m.n == nil || m.n.Kind != yaml.MappingNode {
 		return
@@ -114,6 +114,7 @@ func (d *dec) study(st *Study, root *yaml.Node) {
 	d.model(st, m)
 	d.memory(st, m)
 	d.gpus(st, m)
+	d.cpus(st, m)
 	if st.Schema == nil {
 		return
 	}
@@ -227,6 +228,9 @@ func (d *dec) engine(st *Study, top *mapNode) {
 
 func (d *dec) model(st *Study, top *mapNode) {
 	n := top.node("model")
+	// blame is where a problem with the path is reported.
+	blame := func(format string, args ...any) { top.failKey("model", format, args...) }
+	field := "model"
 	switch {
 	case n == nil:
 		top.failKey("model", "missing; valid: model: {path: org/name} or model: org/name")
@@ -241,10 +245,51 @@ func (d *dec) model(st *Study, top *mapNode) {
 		m.str("served_name", &st.ServedModelName)
 		m.bool("hybrid", &st.Hybrid)
 		m.str("revision", &st.ModelRevision)
+		blame = func(format string, args ...any) { m.failKey("path", format, args...) }
+		field = "model.path"
+	}
+	if strings.Contains(st.Model, "$") {
+		st.Model = expandEnv(st.Model, field, blame)
 	}
 	if st.Model == "" && len(d.errs) == 0 {
 		top.failKey("model", "empty; valid: a model path or Hugging Face id")
 	}
+}
+
+// envRefRE matches $NAME and ${NAME} (and a lone $) in model.path.
+var envRefRE = regexp.MustCompile(`\$(\{[^}]*\}?|[A-Za-z_][A-Za-z0-9_]*)?`)
+
+// expandEnv replaces $NAME and ${NAME} in a model path with the variable's
+// value: a model built into a cache, such as `make llama-server`'s, is
+// named by the variable its build prints. An unset or empty variable is bad
+// input (reported through blame): a trial must not start on a path that is
+// not the model.
+func expandEnv(path, field string, blame func(format string, args ...any)) string {
+	bad := false
+	out := envRefRE.ReplaceAllStringFunc(path, func(ref string) string {
+		name := strings.TrimPrefix(ref, "$")
+		if strings.HasPrefix(name, "{") {
+			name = strings.TrimSuffix(strings.TrimPrefix(name, "{"), "}")
+			if !strings.HasSuffix(ref, "}") {
+				name = ""
+			}
+		}
+		if !envNameRE.MatchString(name) {
+			blame("%q: %q is not a variable reference; valid: $NAME or ${NAME}", path, ref)
+			bad = true
+			return ref
+		}
+		v := os.Getenv(name)
+		if v == "" {
+			blame("%s refers to $%s, which is not set; valid: export %s=PATH to the model, or write the path itself in %s", path, name, name, field)
+			bad = true
+		}
+		return v
+	})
+	if bad {
+		return path
+	}
+	return out
 }
 
 func (d *dec) memory(st *Study, top *mapNode) {
@@ -337,6 +382,24 @@ func (d *dec) gpus(st *Study, top *mapNode) {
 	}
 }
 
+// cpus reads cpus.per_trial: how many CPU cores one trial's server may use
+// (CPU engines such as llama.cpp; the rules check thread counts against it).
+func (d *dec) cpus(st *Study, top *mapNode) {
+	if !top.has("cpus") {
+		return
+	}
+	m := d.mapping(top.node("cpus"), "cpus", "per_trial")
+	if !m.int("per_trial", &st.CPUsPerTrial) {
+		if !m.has("per_trial") {
+			m.failKey("per_trial", "missing; valid: the number of CPU cores a trial's server may use, e.g. 2")
+		}
+		return
+	}
+	if st.CPUsPerTrial < 1 {
+		m.failKey("per_trial", "%d; valid: an integer >= 1", st.CPUsPerTrial)
+	}
+}
+
 // checkFlagTokens validates engine flag words a study emits.
 func (d *dec) checkFlagTokens(st *Study, n *yaml.Node, path string, words []string) []engine.FlagArg {
 	args, err := st.Schema.ParseArgv(words)
@@ -344,13 +407,15 @@ func (d *dec) checkFlagTokens(st *Study, n *yaml.Node, path string, words []stri
 		d.fail(n, path, "%v", err)
 		return nil
 	}
+	model, _ := st.Schema.Lookup(st.Engine.Kind.ModelFlag)
+	served, _ := st.Schema.Lookup(st.Engine.Kind.ServedNameFlag)
 	for _, a := range args {
 		switch {
 		case a.Spec.Owner == "launcher":
 			d.fail(n, path, "%s is set by the launcher; valid: leave it out", a.Name)
-		case a.Spec.Name == st.Engine.Kind.ModelFlag:
+		case a.Spec == model:
 			d.fail(n, path, "%s comes from model.path; valid: leave it out", a.Name)
-		case a.Spec.Name == st.Engine.Kind.ServedNameFlag:
+		case a.Spec == served:
 			d.fail(n, path, "%s comes from model.served_name; valid: leave it out", a.Name)
 		}
 	}
@@ -393,10 +458,17 @@ func (d *dec) fixed(st *Study, top *mapNode) {
 				continue
 			}
 			if spec.Type == "bool" {
-				if scalarTag(v) != "!!bool" {
+				switch on := v.Value == "true" || v.Value == "True" || v.Value == "TRUE"; {
+				case scalarTag(v) != "!!bool":
 					d.fail(v, path, "%s is a switch; valid: true or false", k.Value)
-				} else if v.Value == "true" || v.Value == "True" || v.Value == "TRUE" {
+				case st.Schema.IsNegation(k.Value):
+					d.fail(k, path, "%s is the negation of %s; valid: %s: false", k.Value, spec.Name, spec.Name)
+				case on:
 					words = append(words, k.Value)
+				case spec.Negation() != "":
+					// Off is written as the negation (llama.cpp's
+					// --no-cont-batching); leaving it out keeps the default.
+					words = append(words, spec.Negation())
 				}
 				continue
 			}
@@ -636,10 +708,20 @@ func (d *dec) paramMapping(st *Study, p *Param, m *mapNode, validate bool) {
 		return // the domain is broken; its emitted values would only repeat that
 	}
 	// Every emitted text must parse against the flag schema.
-	if p.Type == "bool" && p.Flag != "" && p.Values == nil {
-		if spec, ok := st.Schema.Lookup(p.Flag); ok && spec.Type != "bool" {
+	if p.Type == "bool" && p.Flag != "" {
+		spec, ok := st.Schema.Lookup(p.Flag)
+		switch {
+		case ok && spec.Type != "bool" && p.Values == nil:
 			m.failKey("flag", "%s takes a value, so a bool param cannot switch it; valid: a switch flag, or values: {true: ..., false: ...}", p.Flag)
 			return
+		case ok && st.Schema.IsNegation(p.Flag):
+			m.failKey("flag", "%s is the negation of %s; valid: flag: %s (false writes %s)", p.Flag, spec.Name, spec.Name, p.Flag)
+			return
+		case ok && spec.Type == "bool":
+			// true and false write what differs from the engine's default:
+			// the flag, the negation (llama.cpp's --no-cont-batching), or
+			// nothing.
+			p.switchWords = map[string][]string{"true": spec.SwitchWords(true), "false": spec.SwitchWords(false)}
 		}
 	}
 	for _, v := range d.sampleValues(p) {
@@ -702,6 +784,9 @@ func (p *Param) emit(v string) ([]string, error) {
 		return out, nil
 	case p.Flag != "":
 		if p.Type == "bool" {
+			if w, ok := p.switchWords[v]; ok {
+				return w, nil
+			}
 			if v == "true" {
 				return []string{p.Flag}, nil
 			}

@@ -27,6 +27,7 @@ type Study struct {
 	Fixed           map[string]string // fixed flags, "--flag" -> value ("" for a bool flag)
 	GPUsPerTrial    int
 	GPUGroups       [][]int
+	CPUsPerTrial    int // cpus.per_trial; 0 when the study does not say
 	Params          []Param
 	Constraints     []string
 	Derived         []Derived          // flags computed from params
@@ -151,6 +152,10 @@ type Param struct {
 	When     string            // condition over earlier params
 
 	when *Expr
+	// switchWords: a bool param's flag text for true and false, from the
+	// flag schema (its default and negation); nil: the flag for true,
+	// nothing for false.
+	switchWords map[string][]string
 }
 
 // Derived is a flag computed from params, e.g. draft tokens = steps + 1.

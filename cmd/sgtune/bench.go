@@ -62,7 +62,7 @@ func engineFromNamespaces(ns []string) string {
 	return ""
 }
 
-// counterEngines lists the engines with a generated-token counter.
+// counterEngines lists the engines with a generated-token counter, by name.
 func counterEngines() []string {
 	var out []string
 	for _, e := range engine.All() {
@@ -70,6 +70,7 @@ func counterEngines() []string {
 			out = append(out, e.Name)
 		}
 	}
+	slices.Sort(out)
 	return out
 }
 

@@ -41,7 +41,7 @@ func TestBenchFlagsBadInput(t *testing.T) {
 		{"min pass negative", []string{"bench", "--url", ts.URL, "--min-pass=-0.1"}, "--min-pass -0.1: want a fraction in (0, 1]"},
 		{"empty api key", []string{"bench", "--url", ts.URL, "--api-key-env", "SGTUNE_TEST_NO_SUCH_VAR"}, "unset or empty"},
 		{"workload", []string{"bench", "--url", ts.URL, "--workload", "soak"}, "want chat or matrix"},
-		{"engine", []string{"bench", "--url", ts.URL, "--engine", "vllm"}, `--engine "vllm": want auto, none or one of sglang`},
+		{"engine", []string{"bench", "--url", ts.URL, "--engine", "vllm"}, `--engine "vllm": want auto, none or one of llamacpp, sglang`},
 		{"extra argument", []string{"bench", "--url", ts.URL, "extra"}, "no arguments"},
 	}
 	for _, tt := range tests {
@@ -183,6 +183,7 @@ func TestBenchTokenCheck(t *testing.T) {
 	}{
 		{"auto-detected sglang", &fakesse.Server{}, "auto", exitOK, "sglang", objective.CheckPassed, "sglang:generation_tokens_total: 2 of 2 points equal"},
 		{"counter disagrees", &fakesse.Server{CounterSkew: 2}, "auto", exitFailure, "sglang", objective.CheckFailed, "2 DIFFER"},
+		{"wrong engine named", &fakesse.Server{}, "llamacpp", exitOK, "llamacpp", objective.CheckSkipped, "has no llamacpp:tokens_predicted_total"},
 		{"none", &fakesse.Server{}, "none", exitOK, "", objective.CheckSkipped, "not checked (no generated-token counter is named"},
 	}
 	for _, tt := range tests {

@@ -106,7 +106,11 @@ func printSurvey(w io.Writer, st *space.Study, pre *search.Preflight) {
 		engine += " " + st.Engine.Version
 	}
 	fmt.Fprintf(w, "engine: %s, command: %s, flags from %s\n", engine, strings.Join(st.Engine.Command, " "), sv.Schema)
-	fmt.Fprintf(w, "model: %s; %d GPUs per trial, %d GPU group(s); on_limits_reduced: %s\n", st.Model, st.GPUsPerTrial, len(st.GPUGroups), st.OnLimitsReduced)
+	cpus := ""
+	if st.CPUsPerTrial > 0 {
+		cpus = fmt.Sprintf(", %d CPUs per trial", st.CPUsPerTrial)
+	}
+	fmt.Fprintf(w, "model: %s; %d GPUs per trial, %d GPU group(s)%s; on_limits_reduced: %s\n", st.Model, st.GPUsPerTrial, len(st.GPUGroups), cpus, st.OnLimitsReduced)
 	fmt.Fprintf(w, "params: %s\n", sv.ParamList())
 	switch {
 	case sv.Enumerated:

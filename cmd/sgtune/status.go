@@ -188,7 +188,7 @@ at the scored level, engine version, model revision (when stored) and date.`,
 			}
 			rev := d.modelRevision(rec)
 			l := report.Launch{
-				Study: d.name, Trial: rec.Number, Command: rec.Engine, Flags: rec.Flags(),
+				Engine: recordEngine(rec), Study: d.name, Trial: rec.Number, Command: rec.Engine, Flags: rec.Flags(),
 				Env: rec.Env(), GPUs: rec.GPUs, Params: rec.Params, Version: rec.Version,
 				ScoreReason: rec.ScoreReason, Measured: figuresAt(rec, d.scoredConcurrency()),
 				ModelRevision: rev, APIKeyEnv: apiKeyEnv, Created: now(a.getenv),

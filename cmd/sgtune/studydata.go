@@ -223,6 +223,21 @@ func figuresAt(r search.Record, conc int) *report.Figures {
 // given, else the study's own schema file when the run stored its path,
 // else the bundled schema of the trial's engine and version (or the
 // engine's default version, with a note on warn).
+// recordEngine is the engine a trial ran: its stored name, SGLang for
+// records from before engines were named, or an unknown name's nil (the
+// export then writes SGLang's forms; the flag check has already failed).
+func recordEngine(r search.Record) *engine.Engine {
+	name := r.EngineName
+	if name == "" {
+		name = engine.SGLang.Name
+	}
+	e, err := engine.Lookup(name)
+	if err != nil {
+		return nil
+	}
+	return e
+}
+
 func (d *studyData) flagSchema(r search.Record, file string, warn io.Writer) (*engine.FlagSchema, error) {
 	if file == "" {
 		file = d.attrs[attrFlagsSchema]

@@ -1,0 +1,77 @@
+package report
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sgtune/sgtune/objective"
+)
+
+func TestPlateauOf(t *testing.T) {
+	f := func(x float64) *float64 { return &x }
+	reps := func(conc int, toks ...float64) []objective.Point {
+		var out []objective.Point
+		for i, x := range toks {
+			out = append(out, objective.Point{Concurrency: conc, Repeat: i + 1, OutputTokS: x})
+		}
+		return out
+	}
+	trials := func(best float64, bestPts []objective.Point) []Trial {
+		return []Trial{
+			{Number: 0, State: "complete", ScoreOK: true, Score: f(100), Points: reps(8, 96, 104)},
+			{Number: 1, State: "complete", ScoreOK: true, Score: f(best), Points: bestPts},
+			{Number: 2, State: "complete", ScoreOK: false, Score: f(500)}, // SLO missed: not the best
+			{Number: 3, State: "failed"},
+		}
+	}
+	tests := []struct {
+		name       string
+		st         Study
+		wantOK     bool
+		wantOn     bool
+		wantBest   int
+		wantGap    float64
+		wantSpread float64
+		wantText   string
+	}{
+		{"no winner", Study{Trials: trials(120, nil)}, false, false, 0, 0, 0, ""},
+		{"best within its repeat spread", func() Study {
+			ts := trials(110, reps(8, 100, 120))
+			return Study{Trials: ts, Best: &ts[0], ScoreConcurrency: 8}
+		}(), true, true, 1, 10, 20, "On the measured plateau: the winner, trial 0 (100), is 10 below the best score the study saw (trial 1, 110), within the measured spread 20 (from trial 1's 2 repeats at c=8: 100 to 120 output tok/s)."},
+		{"best beyond its repeat spread", func() Study {
+			ts := trials(130, reps(8, 128, 132))
+			return Study{Trials: ts, Best: &ts[0], ScoreConcurrency: 8}
+		}(), true, false, 1, 30, 4, "Not on the measured plateau"},
+		{"confirmation spread is the larger noise", func() Study {
+			ts := trials(130, reps(8, 128, 132))
+			return Study{Trials: ts, Best: &ts[0], ScoreConcurrency: 8,
+				Confirmations: []Confirmation{{Trial: 0, Scores: []float64{100, 140}, Pooled: 120, Spread: 40}}}
+		}(), true, true, 1, 10, 40, "from the winner's confirmation runs"},
+		{"highest level when the score's is unknown", func() Study {
+			ts := trials(110, append(reps(1, 10, 90), reps(8, 109, 111)...))
+			return Study{Trials: ts, Best: &ts[0]}
+		}(), true, false, 1, 10, 2, "at c=8"},
+		{"the winner is the best", func() Study {
+			ts := trials(110, reps(8, 100, 120))
+			return Study{Trials: ts, Best: &ts[1], ScoreConcurrency: 8}
+		}(), true, true, 1, 0, 20, "its own score 110, the best the study saw"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, ok := PlateauOf(tt.st)
+			if ok != tt.wantOK {
+				t.Fatalf("ok = %v", ok)
+			}
+			if !ok {
+				return
+			}
+			if p.On != tt.wantOn || p.Best != tt.wantBest || p.Gap != tt.wantGap || p.Spread != tt.wantSpread {
+				t.Errorf("got %+v", p)
+			}
+			if !strings.Contains(p.Text(), tt.wantText) {
+				t.Errorf("text %q lacks %q", p.Text(), tt.wantText)
+			}
+		})
+	}
+}
