@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/shell"
 )
 
@@ -24,13 +25,16 @@ type Launch struct {
 	Study       string
 	Trial       int
 	Score       float64
-	ScoreReason string            // how the score was read, e.g. "... at c=64"
-	Command     []string          // engine command, e.g. python3 -m sglang.launch_server
-	Flags       []string          // engine flags, --model-path first
-	Env         map[string]string // extra environment
-	GPUs        string            // CUDA_VISIBLE_DEVICES, "" for unset
-	Version     string            // engine version or image digest the study pinned
-	Params      map[string]interface{}
+	ScoreReason string   // how the score was read, e.g. "... at c=64"
+	Command     []string // engine command, e.g. python3 -m sglang.launch_server
+	Flags       []string // engine flags, --model-path first
+	// Engine is the engine the trial ran (nil: SGLang): its image, and
+	// whether its model is a positional argument (vllm serve MODEL).
+	Engine  *engine.Engine
+	Env     map[string]string // extra environment
+	GPUs    string            // CUDA_VISIBLE_DEVICES, "" for unset
+	Version string            // engine version or image digest the study pinned
+	Params  map[string]interface{}
 	// Measured are the key figures at the scored level; nil when the
 	// trial has no measurement there.
 	Measured *Figures
@@ -66,11 +70,22 @@ func Write(w io.Writer, format string, l Launch) error {
 		return fmt.Errorf("API key variable %q: want a shell variable name such as %s", l.APIKeyEnv, DefaultAPIKeyEnv)
 	}
 	l.Flags = withoutAPIKey(l.Flags)
+	if l.Engine == nil {
+		l.Engine = engine.SGLang
+	}
+	// model is the positional model argument, "" for engines that take
+	// it as a flag (which then stays in l.Flags).
+	model := ""
+	if l.Engine.ModelPositional {
+		if m, rest, ok := l.Engine.SplitModel(l.Flags); ok {
+			model, l.Flags = m, rest
+		}
+	}
 	switch format {
 	case "bash":
-		return bash(w, l)
+		return bash(w, l, model)
 	case "docker":
-		return docker(w, l)
+		return docker(w, l, model)
 	case "json":
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -85,12 +100,13 @@ func Write(w io.Writer, format string, l Launch) error {
 			Date          string                 `json:"date,omitempty"`
 			APIKeyEnv     string                 `json:"api_key_env"`
 			Command       []string               `json:"command"`
+			Model         string                 `json:"model,omitempty"`
 			Flags         []string               `json:"flags"`
 			Env           map[string]string      `json:"env,omitempty"`
 			GPUs          string                 `json:"cuda_visible_devices,omitempty"`
 			Params        map[string]interface{} `json:"params"`
 		}{l.Study, l.Trial, l.Score, l.ScoreReason, l.Measured, l.Version, l.ModelRevision, date(l.Created),
-			l.APIKeyEnv, l.Command, l.Flags, l.Env, l.GPUs, l.Params})
+			l.APIKeyEnv, l.Command, model, l.Flags, l.Env, l.GPUs, l.Params})
 	}
 	return fmt.Errorf("unknown format %q (valid: %s)", format, strings.Join(Formats, ", "))
 }
@@ -171,7 +187,7 @@ func apiKey(w io.Writer, l Launch) {
 	fmt.Fprintln(w, "fi")
 }
 
-func bash(w io.Writer, l Launch) error {
+func bash(w io.Writer, l Launch, model string) error {
 	header(w, l)
 	fmt.Fprintln(w, "# Extra arguments (e.g. --host 0.0.0.0 --port 30000) are passed through to the engine.")
 	fmt.Fprintln(w, "set -euo pipefail")
@@ -185,17 +201,20 @@ func bash(w io.Writer, l Launch) error {
 	}
 	apiKey(w, l)
 	fmt.Fprintf(w, "exec %s", shell.Join(l.Command))
+	if model != "" {
+		fmt.Fprintf(w, " %s", shell.Quote(model))
+	}
 	writeFlags(w, l.Flags)
 	fmt.Fprintln(w, " \\\n  \"$@\"")
 	return nil
 }
 
-func docker(w io.Writer, l Launch) error {
+func docker(w io.Writer, l Launch, model string) error {
 	header(w, l)
 	fmt.Fprintln(w, "# Extra arguments (e.g. --port 30000) are passed through to the engine.")
 	fmt.Fprintln(w, "# IMAGE defaults to the study's pinned engine version when it names an image.")
 	fmt.Fprintln(w, "set -euo pipefail")
-	image := "lmsysorg/sglang:latest"
+	image := l.Engine.Image + ":latest"
 	if strings.Contains(l.Version, "/") || strings.Contains(l.Version, "@sha256:") {
 		image = l.Version
 	}
@@ -210,16 +229,38 @@ func docker(w io.Writer, l Launch) error {
 	for _, k := range slices.Sorted(maps.Keys(l.Env)) {
 		fmt.Fprintf(w, "  -e %s \\\n", shell.Quote(k+"="+l.Env[k]))
 	}
-	// Inside the image: the study's command when it is an SGLang entry
-	// point (python3 -m sglang.launch_server, sglang serve), else SGLang's.
-	inside := "python3 -m sglang.launch_server"
-	if len(l.Command) > 0 && (strings.HasPrefix(l.Command[0], "python") || l.Command[0] == "sglang") {
-		inside = shell.Join(l.Command)
+	inside := dockerCommand(l)
+	if l.Engine.DockerEntrypoint && len(inside) > 0 {
+		// The image's entrypoint is the server already: name the program
+		// instead, whatever entrypoint the tag has.
+		fmt.Fprintf(w, "  --entrypoint %s \\\n", shell.Quote(inside[0]))
+		fmt.Fprintf(w, "  \"$IMAGE\" %s", shell.Join(inside[1:]))
+	} else {
+		fmt.Fprintf(w, "  \"$IMAGE\" %s", shell.Join(inside))
 	}
-	fmt.Fprintf(w, "  \"$IMAGE\" %s", inside)
+	if model != "" {
+		fmt.Fprintf(w, " %s", shell.Quote(model))
+	}
 	writeFlags(w, l.Flags)
 	fmt.Fprintln(w, " \\\n  \"$@\"")
 	return nil
+}
+
+// dockerCommand is the command run inside the engine's image: the study's
+// command when it is one of the engine's entry points (for SGLang, python3
+// -m sglang.launch_server or sglang serve), else the engine's usual command
+// (a simulator or wrapper is not in the image).
+func dockerCommand(l Launch) []string {
+	e := l.Engine
+	if len(l.Command) > 0 {
+		switch {
+		case e == engine.SGLang && (strings.HasPrefix(l.Command[0], "python") || l.Command[0] == "sglang"):
+			return l.Command
+		case e != engine.SGLang && len(e.Command) > 0 && l.Command[0] == e.Command[0]:
+			return l.Command
+		}
+	}
+	return e.Command
 }
 
 // writeFlags writes one flag (with its value) per continued line.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/report"
 	"github.com/sgtune/sgtune/search"
 	"github.com/sgtune/sgtune/space"
@@ -187,8 +188,15 @@ at the scored level, engine version, model revision (when stored) and date.`,
 				return badInput(fmt.Errorf("export: trial %d: %w; nothing written", rec.Number, err))
 			}
 			rev := d.modelRevision(rec)
+			eng := engine.SGLang
+			if rec.EngineName != "" {
+				if eng, err = engine.Lookup(rec.EngineName); err != nil {
+					return badInput(fmt.Errorf("export: trial %d: %w", rec.Number, err))
+				}
+			}
 			l := report.Launch{
-				Study: d.name, Trial: rec.Number, Command: rec.Engine, Flags: rec.Flags(),
+				Engine: eng,
+				Study:  d.name, Trial: rec.Number, Command: rec.Engine, Flags: rec.Flags(),
 				Env: rec.Env(), GPUs: rec.GPUs, Params: rec.Params, Version: rec.Version,
 				ScoreReason: rec.ScoreReason, Measured: figuresAt(rec, d.scoredConcurrency()),
 				ModelRevision: rev, APIKeyEnv: apiKeyEnv, Created: now(a.getenv),
