@@ -266,9 +266,20 @@ var vllmSpecMethods = []string{"ngram", "medusa", "mlp_speculator", "draft_model
 // vllmMemIrrelevant are flags that do not change vLLM's memory sizing.
 var vllmMemIrrelevant = []string{"--model", "--served-model-name", "--reasoning-parser", "--tool-call-parser",
 	"--enable-auto-tool-choice", "--no-enable-auto-tool-choice", "--api-key", "--trust-remote-code", "--no-trust-remote-code",
-	"--seed", "--enable-prefix-caching", "--no-enable-prefix-caching", "--async-scheduling", "--no-async-scheduling",
+	"--seed", "--async-scheduling", "--no-async-scheduling",
 	"--scheduling-policy", "--disable-log-stats", "--enable-log-requests", "--no-enable-log-requests", "--uvicorn-log-level",
 	"--disable-uvicorn-access-log", "--no-disable-uvicorn-access-log", "--enable-chunked-prefill", "--no-enable-chunked-prefill"}
+
+// vllmMemKey identifies configs whose memory sizing is the same. Prefix
+// caching does not size a dense model's cache, but on a hybrid model it
+// changes how mamba state is kept (src: config/cache.py mamba_block_size).
+func vllmMemKey(v View, s Setup) string {
+	irrelevant := vllmMemIrrelevant
+	if !s.Hybrid {
+		irrelevant = append(slices.Clip(irrelevant), "--enable-prefix-caching", "--no-enable-prefix-caching")
+	}
+	return memKey(v, irrelevant)
+}
 
 // The memory model: vLLM hands the KV cache what is left of
 // gpu_memory_utilization x the GPU after weights, activations and CUDA
@@ -280,7 +291,8 @@ var vllmMemIrrelevant = []string{"--model", "--served-model-name", "--reasoning-
 //
 // vllmFeatures are its inputs, in the order a Learned fits them: memory
 // utilization, speculative on (0/1), speculative tokens, tensor-parallel
-// size, KV bytes factor (1, or 2 for fp8).
+// size, KV bytes factor (1, or 2 for fp8), prefix caching on a hybrid model
+// (0/1; the hint does not cover it, a fit learns it).
 func vllmFeatures(e *vllmState, s Setup) []float64 {
 	gmu := e.gmu
 	if !e.gmuSet && s.Memory.Known() {
@@ -290,7 +302,11 @@ func vllmFeatures(e *vllmState, s Setup) []float64 {
 	if e.spec != nil {
 		spec = 1
 	}
-	return []float64{gmu, spec, float64(e.specTokens), float64(e.tp), vllmDtypeFactor(e.kvDtype)}
+	hybridPrefix := 0.0
+	if s.Hybrid && e.prefix {
+		hybridPrefix = 1
+	}
+	return []float64{gmu, spec, float64(e.specTokens), float64(e.tp), vllmDtypeFactor(e.kvDtype), hybridPrefix}
 }
 
 // vllmDtypeFactor is how many KV tokens fit where one of the model's dtype
@@ -325,7 +341,7 @@ func vllmPrior(e *vllmState, s Setup, x []float64) float64 {
 func (vllmRules) Predict(v View, s Setup, l Learned) Prediction {
 	e := newVLLMState(v, s)
 	p := Prediction{RequestedMaxRunningRequests: e.maxSeqs, MaxRunningRequests: e.maxSeqs}
-	key := memKey(v, vllmMemIrrelevant)
+	key := vllmMemKey(v, s)
 	var exact *Observation
 	if l != nil {
 		if o, ok := l.Exact(key); ok && o.KVTokens > 0 {
@@ -380,7 +396,7 @@ func (vllmRules) Observe(v View, s Setup, p Prediction, f Facts) (Observation, b
 		return Observation{}, false
 	}
 	e := newVLLMState(v, s)
-	o := Observation{MemKey: memKey(v, vllmMemIrrelevant), KVTokens: f.MaxTotalNumTokens, MaxRunning: e.maxSeqs}
+	o := Observation{MemKey: vllmMemKey(v, s), KVTokens: f.MaxTotalNumTokens, MaxRunning: e.maxSeqs}
 	o.X = vllmFeatures(&e, s)
 	o.Prior = vllmPrior(&e, s, o.X)
 	return o, true
