@@ -52,6 +52,15 @@ type Engine struct {
 	// API serves it under; APIKeyFlag the bearer token. HostFlag and
 	// PortFlag are added by the launcher, never by a study.
 	ModelFlag, ServedNameFlag, APIKeyFlag, HostFlag, PortFlag string
+	// ModelPositional: the engine's command line takes the model as its
+	// first positional argument (vllm serve MODEL). A config still carries
+	// it as ModelFlag MODEL, which the schema parses; CommandLine moves it
+	// after the command when a server is launched or exported.
+	ModelPositional bool
+	// DockerEntrypoint: the engine's image has the server as its own
+	// entrypoint, so a docker export overrides it with the command's
+	// first word (--entrypoint) and passes the rest as arguments.
+	DockerEntrypoint bool
 
 	// ToolParserFlag turns on tool-call parsing in the OpenAI API; without
 	// it a tool-call quality gate cannot pass ("" when the engine needs
@@ -93,7 +102,7 @@ type Metrics struct {
 	Running, Queued string
 }
 
-var registry = []*Engine{SGLang, LlamaCpp}
+var registry = []*Engine{SGLang, LlamaCpp, VLLM}
 
 // Lookup returns the engine a study file names; the error lists the valid
 // names.

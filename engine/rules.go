@@ -23,6 +23,9 @@ type Setup struct {
 	CPUsPerTrial int
 	// Hybrid: the model has a linear-attention/mamba state pool.
 	Hybrid bool
+	// MoE: the model has mixture-of-experts layers (model.moe), so expert
+	// parallelism can apply.
+	MoE bool
 	// AcceptReduced: a config whose limits the engine would reduce below
 	// what was asked is launched anyway (on_limits_reduced: accept).
 	AcceptReduced bool

@@ -31,7 +31,7 @@ type Launch struct {
 	Score       float64
 	ScoreReason string            // how the score was read, e.g. "... at c=64"
 	Command     []string          // engine command, e.g. python3 -m sglang.launch_server or llama-server
-	Flags       []string          // engine flags, the model flag first
+	Flags       []string          // engine flags, the model flag first (a positional model too: see Engine)
 	Env         map[string]string // extra environment
 	GPUs        string            // CUDA_VISIBLE_DEVICES, "" for unset
 	Version     string            // engine version or image digest the study pinned
@@ -77,11 +77,19 @@ func Write(w io.Writer, format string, l Launch) error {
 		l.GPUs = "" // a CPU server: no GPU to pin
 	}
 	l.Flags = withoutAPIKey(l.Flags, l.Engine.APIKeyFlag)
+	// model is the positional model argument (vllm serve MODEL), "" for
+	// engines that take it as a flag (which then stays in l.Flags).
+	model := ""
+	if l.Engine.ModelPositional {
+		if m, rest, ok := l.Engine.SplitModel(l.Flags); ok {
+			model, l.Flags = m, rest
+		}
+	}
 	switch format {
 	case "bash":
-		return bash(w, l)
+		return bash(w, l, model)
 	case "docker":
-		return docker(w, l)
+		return docker(w, l, model)
 	case "json":
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -97,12 +105,13 @@ func Write(w io.Writer, format string, l Launch) error {
 			Date          string                 `json:"date,omitempty"`
 			APIKeyEnv     string                 `json:"api_key_env"`
 			Command       []string               `json:"command"`
+			Model         string                 `json:"model,omitempty"`
 			Flags         []string               `json:"flags"`
 			Env           map[string]string      `json:"env,omitempty"`
 			GPUs          string                 `json:"cuda_visible_devices,omitempty"`
 			Params        map[string]interface{} `json:"params"`
 		}{l.Engine.Name, l.Study, l.Trial, l.Score, l.ScoreReason, l.Measured, l.Version, l.ModelRevision, date(l.Created),
-			l.APIKeyEnv, l.Command, l.Flags, l.Env, l.GPUs, l.Params})
+			l.APIKeyEnv, l.Command, model, l.Flags, l.Env, l.GPUs, l.Params})
 	}
 	return fmt.Errorf("unknown format %q (valid: %s)", format, strings.Join(Formats, ", "))
 }
@@ -192,7 +201,7 @@ func apiKey(w io.Writer, l Launch) {
 	fmt.Fprintln(w, "fi")
 }
 
-func bash(w io.Writer, l Launch) error {
+func bash(w io.Writer, l Launch, model string) error {
 	header(w, l)
 	fmt.Fprintln(w, "# Extra arguments (e.g. --host 0.0.0.0 --port 30000) are passed through to the engine.")
 	fmt.Fprintln(w, "set -euo pipefail")
@@ -206,12 +215,15 @@ func bash(w io.Writer, l Launch) error {
 	}
 	apiKey(w, l)
 	fmt.Fprintf(w, "exec %s", shell.Join(l.Command))
+	if model != "" {
+		fmt.Fprintf(w, " %s", shell.Quote(model))
+	}
 	writeFlags(w, l.Flags)
 	fmt.Fprintln(w, " \\\n  \"$@\"")
 	return nil
 }
 
-func docker(w io.Writer, l Launch) error {
+func docker(w io.Writer, l Launch, model string) error {
 	header(w, l)
 	fmt.Fprintln(w, "# Extra arguments (e.g. --port 30000) are passed through to the engine.")
 	fmt.Fprintln(w, "# IMAGE defaults to the study's pinned engine version when it names an image.")
@@ -241,20 +253,43 @@ func docker(w io.Writer, l Launch) error {
 	for _, k := range slices.Sorted(maps.Keys(l.Env)) {
 		fmt.Fprintf(w, "  -e %s \\\n", shell.Quote(k+"="+l.Env[k]))
 	}
+	inside := dockerCommand(l)
+	if l.Engine.DockerEntrypoint && len(inside) > 0 {
+		// The image's entrypoint is the server already: name the program
+		// instead, whatever entrypoint the tag has.
+		fmt.Fprintf(w, "  --entrypoint %s \\\n", shell.Quote(inside[0]))
+		inside = inside[1:]
+	}
 	fmt.Fprint(w, "  \"$IMAGE\"")
-	// Inside the image: nothing when its entrypoint is the server
-	// (llama.cpp's server image), else the study's command when it is an
-	// entry point of the engine's own (python3 -m sglang.launch_server,
-	// sglang serve), else the image's.
-	if inside := l.Engine.ImageCommand; len(inside) > 0 {
-		if len(l.Command) > 0 && (strings.HasPrefix(l.Command[0], "python") || l.Command[0] == "sglang") {
-			inside = l.Command
-		}
+	if len(inside) > 0 {
 		fmt.Fprintf(w, " %s", shell.Join(inside))
+	}
+	if model != "" {
+		fmt.Fprintf(w, " %s", shell.Quote(model))
 	}
 	writeFlags(w, l.Flags)
 	fmt.Fprintln(w, " \\\n  \"$@\"")
 	return nil
+}
+
+// dockerCommand is the command run inside the engine's image: nil when the
+// image's entrypoint is the server (llama.cpp's server image), else the
+// study's command when it is one of the engine's own entry points (python3
+// -m sglang.launch_server, sglang serve, vllm serve), else the engine's
+// command in the image (a simulator or a wrapper is not in the image).
+func dockerCommand(l Launch) []string {
+	e := l.Engine
+	if len(e.ImageCommand) == 0 {
+		return nil
+	}
+	if len(l.Command) > 0 {
+		prog := filepath.Base(l.Command[0])
+		if strings.HasPrefix(prog, "python") || prog == e.Name || prog == filepath.Base(e.ImageCommand[0]) ||
+			(len(e.Command) > 0 && prog == filepath.Base(e.Command[0])) {
+			return l.Command
+		}
+	}
+	return e.ImageCommand
 }
 
 // modelDir is the folder of the model when the model flag names a file by

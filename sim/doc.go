@@ -7,7 +7,9 @@
 // --sim-speedup X (every simulated duration is divided by X),
 // --sim-overhead-ms (wall-clock HTTP overhead taken out of the simulated
 // front-end latency, default 1.5) and --sim-gather-ms (wall-clock window in
-// which arrivals count as simultaneous, default 2).
+// which arrivals count as simultaneous, default 2). With --sim-engine vllm it
+// speaks vLLM instead (sim/vllm.go, docs/engines/vllm.md): `vllm serve`'s
+// argv, vLLM's startup lines, /health, vllm:* metrics and KV blocks.
 //
 // A profile is YAML data (testdata/profiles, embedded from sim/profiles):
 //

@@ -11,7 +11,7 @@ func (pl *Plan) Facts(a *Args) map[string]any {
 		"tp_size":                    pl.TP,
 		"ep_size":                    pl.EP,
 		"dp_size":                    pl.DP,
-		"world_size":                 pl.TP * pl.PP,
+		"world_size":                 pl.worldSize(),
 		"disable_radix_cache":        !pl.Radix,
 		"disable_cuda_graph":         !pl.CUDAGraph,
 		"disable_overlap_schedule":   !pl.Overlap,
@@ -27,6 +27,15 @@ func (pl *Plan) Facts(a *Args) map[string]any {
 		"moe_a2a_backend":            a.String("moe_a2a_backend", "none"),
 		"attention_backend":          a.String("attention_backend", ""),
 	}
+}
+
+// worldSize is how many GPUs the launch uses: TP x PP, times DP for vLLM,
+// whose data-parallel engines each have their own TP x PP ranks.
+func (pl *Plan) worldSize() int {
+	if pl.Dialect == EngineVLLM {
+		return pl.TP * pl.PP * pl.DP
+	}
+	return pl.TP * pl.PP
 }
 
 // MatchFaults returns the rules whose predicates hold.

@@ -143,6 +143,7 @@ var flagTable = []flagDef{
 	{dest: "skip_server_warmup", names: []string{"--skip-server-warmup"}, kind: kBool},
 	{dest: "json_model_override_args", names: []string{"--json-model-override-args"}},
 	// Simulator-only flags.
+	{dest: "sim_engine", names: []string{"--sim-engine"}, choices: []string{"sglang", "vllm"}},
 	{dest: "sim_profile", names: []string{"--sim-profile"}},
 	{dest: "sim_speedup", names: []string{"--sim-speedup"}, kind: kFloat},
 	{dest: "sim_overhead_ms", names: []string{"--sim-overhead-ms"}, kind: kFloat},
@@ -171,6 +172,10 @@ func Usage() string {
 type Args struct {
 	Values     map[string]any
 	Deprecated []string // deprecation warnings, in order
+	// VLLM holds the vLLM options given (dest -> value) when the simulator
+	// speaks vLLM (--sim-engine vllm), in VLLMOrder; nil otherwise.
+	VLLM      map[string]any
+	VLLMOrder []string
 }
 
 // ErrHelp is returned for -h/--help.

@@ -34,9 +34,13 @@ type Options struct {
 	NoStartupDelay bool
 }
 
-// Main runs the simulated server with SGLang's argv until ctx ends (SIGTERM
-// or SIGINT in the command) or a fault crashes it, and returns the exit code.
+// Main runs the simulated server with SGLang's argv (vLLM's with
+// --sim-engine vllm) until ctx ends (SIGTERM or SIGINT in the command) or a
+// fault crashes it, and returns the exit code.
 func Main(ctx context.Context, argv []string, stdout, stderr io.Writer, opt Options) int {
+	if SimEngine(argv) == EngineVLLM {
+		return mainVLLM(ctx, argv, stdout, stderr, opt)
+	}
 	a, err := ParseArgs(argv)
 	if err != nil {
 		var pe *ParseError

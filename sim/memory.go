@@ -54,6 +54,13 @@ type Plan struct {
 	EnableCacheReport   bool
 	DefaultIncludeUsage bool
 	Err                 *StartupError // fatal, raised during startup
+	// Dialect is the interface the server speaks: "" (SGLang) or
+	// EngineVLLM. The vLLM fields below are set for EngineVLLM only.
+	Dialect             string
+	BlockSize           int // tokens per KV cache block
+	NumBlocks           int // KV cache blocks per engine
+	MaxNumBatchedTokens int
+	MaxNumSeqs          int
 }
 
 var specAlgorithms = map[string]bool{"EAGLE": true, "EAGLE3": true, "NEXTN": true, "STANDALONE": true, "NGRAM": true, "DFLASH": true, "DSPARK": true}
@@ -63,6 +70,9 @@ var specAlgorithms = map[string]bool{"EAGLE": true, "EAGLE3": true, "NEXTN": tru
 // but the plan goes on (SGLang runs out of memory later, at graph capture),
 // unless a fatal error of a later step replaces it.
 func Resolve(a *Args, p *Profile) *Plan {
+	if a.VLLM != nil {
+		return resolveVLLM(a, p)
+	}
 	pl := newPlan(a, p)
 	for _, step := range []func(*Args, *Profile) *StartupError{
 		pl.parallel, pl.speculative, pl.mambaStrategy, pl.restMemory, pl.pools, pl.maxRunning,

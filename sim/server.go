@@ -103,6 +103,12 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return
 	}
+	if s.pl.Dialect == EngineVLLM {
+		// vLLM's /health asks the engine core whether it is alive; it runs
+		// no request (src: entrypoints/openai/api_server.py).
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	if s.eng.RecentlyActive(time.Duration(20 / s.speed * float64(time.Second))) {
 		w.WriteHeader(http.StatusOK)
 		return
@@ -138,7 +144,11 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) modelCard() map[string]any {
-	return map[string]any{"id": s.pl.ServedModelName, "object": "model", "created": s.created, "owned_by": "sglang",
+	owner := "sglang"
+	if s.pl.Dialect == EngineVLLM {
+		owner = "vllm"
+	}
+	return map[string]any{"id": s.pl.ServedModelName, "object": "model", "created": s.created, "owned_by": owner,
 		"root": s.pl.ServedModelName, "parent": nil, "max_model_len": s.pl.ContextLen}
 }
 
@@ -896,6 +906,10 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	}
 	st := s.eng.Snapshot()
 	s.observe(st)
+	if s.pl.Dialect == EngineVLLM {
+		s.vllmMetrics(w, st)
+		return
+	}
 	lbl := fmt.Sprintf(`engine_type="unified",model_name=%q,moe_ep_rank="0",pp_rank="0",tp_rank="0"`, s.pl.ServedModelName)
 	clbl := fmt.Sprintf(`engine_type="unified",model_name=%q`, s.pl.ServedModelName)
 	var b strings.Builder

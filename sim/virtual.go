@@ -58,11 +58,16 @@ type Virtual struct {
 	events []*Seq
 }
 
-// NewVirtual resolves SGLang's argv (plus --sim-* flags) as sglang-sim does
+// NewVirtual resolves SGLang's argv (vLLM's with --sim-engine vllm; plus
+// --sim-* flags) as sglang-sim does
 // and returns the server as it is once ready. It returns an error wrapping
 // ErrNotStarted when the startup would fail.
 func NewVirtual(argv []string, opt VirtualOptions) (*Virtual, error) {
-	a, err := ParseArgs(argv)
+	parse := ParseArgs
+	if SimEngine(argv) == EngineVLLM {
+		parse = ParseVLLMArgs
+	}
+	a, err := parse(argv)
 	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}

@@ -238,12 +238,13 @@ func (d *dec) model(st *Study, top *mapNode) {
 	case n.Kind == yaml.ScalarNode:
 		top.str("model", &st.Model)
 	default:
-		m := d.mapping(n, "model", "path", "served_name", "hybrid", "revision")
+		m := d.mapping(n, "model", "path", "served_name", "hybrid", "moe", "revision")
 		if !m.str("path", &st.Model) && !m.has("path") {
 			m.failKey("path", "missing; valid: a model path or Hugging Face id")
 		}
 		m.str("served_name", &st.ServedModelName)
 		m.bool("hybrid", &st.Hybrid)
+		m.bool("moe", &st.MoE)
 		m.str("revision", &st.ModelRevision)
 		blame = func(format string, args ...any) { m.failKey("path", format, args...) }
 		field = "model.path"
@@ -303,15 +304,23 @@ func (d *dec) memory(st *Study, top *mapNode) {
 	if !m.has("reference") {
 		m.failKey("reference", "missing; valid: reference: {kv_tokens: N, mem_fraction_static: F, state_slots: S} from one startup log")
 	} else {
-		r := d.mapping(m.node("reference"), "memory.reference", "kv_tokens", "mem_fraction_static", "state_slots")
+		r := d.mapping(m.node("reference"), "memory.reference", "kv_tokens", "mem_fraction_static", "gpu_memory_utilization", "state_slots")
 		r.int("kv_tokens", &mem.RefKVTokens)
 		r.float("mem_fraction_static", &mem.RefMemFraction)
+		// vLLM's startups are sized by --gpu-memory-utilization; the hint
+		// keeps one reference fraction whatever the engine calls it.
+		if r.has("gpu_memory_utilization") {
+			if r.has("mem_fraction_static") {
+				r.failKey("gpu_memory_utilization", "given with mem_fraction_static; valid: one of the two (the reference startup's fraction)")
+			}
+			r.float("gpu_memory_utilization", &mem.RefMemFraction)
+		}
 		r.int("state_slots", &mem.RefStateSlots)
 		if mem.RefKVTokens <= 0 {
 			r.failKey("kv_tokens", "must be a positive integer; valid: the #tokens of a KV Cache is allocated line")
 		}
 		if mem.RefMemFraction <= 0 || mem.RefMemFraction > 1 {
-			r.failKey("mem_fraction_static", "must be in (0, 1]; valid: the --mem-fraction-static of that startup")
+			r.failKey("mem_fraction_static", "must be in (0, 1]; valid: the --mem-fraction-static (SGLang) or gpu_memory_utilization: the --gpu-memory-utilization (vLLM) of that startup")
 		}
 		if mem.RefStateSlots < 0 {
 			r.failKey("state_slots", "must be >= 0")

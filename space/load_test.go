@@ -57,7 +57,7 @@ func TestLoadErrorTable(t *testing.T) {
 		{"empty", ``, "t.yaml:1:1: empty study file"},
 		{"not a mapping", `- a`, "t.yaml:1:1: got a list; valid: a mapping"},
 		{"missing engine", "name: x\nmodel: m\n", "t.yaml:1:1: engine: missing"},
-		{"engine name", strings.Replace(base, "name: sglang", "name: vllm", 1), `t.yaml:3:9: engine.name: "vllm"; valid: sglang`},
+		{"engine name", strings.Replace(base, "name: sglang", "name: tgi", 1), `t.yaml:3:9: engine.name: "tgi"; valid: sglang, llamacpp, vllm`},
 		{"command host", strings.Replace(base, "launch_server", "launch_server --port 1", 1), "engine.command: contains --port"},
 		{"unknown top", base + "parms: []\n", "t.yaml:6:1: parms: unknown field (did you mean params?)"},
 		{"duplicate key", base + "name: again\n", "t.yaml:6:1: name: given twice"},

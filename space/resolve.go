@@ -295,7 +295,8 @@ func (s *Study) View(c *Config) engine.View { return engine.NewView(s.Schema, c.
 // Setup is what the engine rules need to know of the study beyond a
 // config's flags.
 func (s *Study) Setup() engine.Setup {
-	set := engine.Setup{GPUsPerTrial: s.GPUsPerTrial, CPUsPerTrial: s.CPUsPerTrial, Hybrid: s.Hybrid, AcceptReduced: s.OnLimitsReduced == "accept",
+	set := engine.Setup{GPUsPerTrial: s.GPUsPerTrial, CPUsPerTrial: s.CPUsPerTrial, Hybrid: s.Hybrid, MoE: s.MoE,
+		AcceptReduced: s.OnLimitsReduced == "accept",
 		Memory: s.Memory}
 	w := s.Workload
 	switch w.Kind {

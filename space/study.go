@@ -32,6 +32,7 @@ type Study struct {
 	Constraints     []string
 	Derived         []Derived          // flags computed from params
 	Hybrid          bool               // model has a linear-attention/mamba state pool (model.hybrid)
+	MoE             bool               // model has mixture-of-experts layers (model.moe)
 	ModelRevision   string             // model.revision, recorded with trials and exports
 	Memory          engine.Memory      // KV-capacity hint (memory:)
 	Schema          *engine.FlagSchema `json:"-"`
@@ -212,8 +213,13 @@ func (s *Study) ServedName() string {
 }
 
 // Argv is the full command line of a config: the engine command, then the
-// config's flags. The launcher appends --host and --port.
+// config's flags (the model moved after the command for an engine whose
+// model is positional, such as vllm serve MODEL). The launcher appends
+// --host and --port.
 func (s *Study) Argv(c *Config) []string {
+	if s.Engine.Kind != nil {
+		return s.Engine.Kind.CommandLine(s.Engine.Command, c.Flags)
+	}
 	return append(append([]string(nil), s.Engine.Command...), c.Flags...)
 }
 

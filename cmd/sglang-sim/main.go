@@ -4,6 +4,10 @@
 //
 //	sglang-sim --model-path zai-org/GLM-5.3-Flash --tp 4 --ep 4 [SGLang flags...] \
 //	    [--sim-profile NAME|FILE] [--sim-speedup X]
+//
+// With --sim-engine vllm it speaks vLLM's interface instead:
+//
+//	sglang-sim --sim-engine vllm zai-org/GLM-5.3-Flash -tp 4 [vllm serve flags...]
 package main
 
 import (

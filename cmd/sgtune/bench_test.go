@@ -41,7 +41,7 @@ func TestBenchFlagsBadInput(t *testing.T) {
 		{"min pass negative", []string{"bench", "--url", ts.URL, "--min-pass=-0.1"}, "--min-pass -0.1: want a fraction in (0, 1]"},
 		{"empty api key", []string{"bench", "--url", ts.URL, "--api-key-env", "SGTUNE_TEST_NO_SUCH_VAR"}, "unset or empty"},
 		{"workload", []string{"bench", "--url", ts.URL, "--workload", "soak"}, "want chat or matrix"},
-		{"engine", []string{"bench", "--url", ts.URL, "--engine", "vllm"}, `--engine "vllm": want auto, none or one of llamacpp, sglang`},
+		{"engine", []string{"bench", "--url", ts.URL, "--engine", "tgi"}, `--engine "tgi": want auto, none or one of llamacpp, sglang, vllm`},
 		{"extra argument", []string{"bench", "--url", ts.URL, "extra"}, "no arguments"},
 	}
 	for _, tt := range tests {

@@ -142,6 +142,6 @@ func printSurvey(w io.Writer, st *space.Study, pre *search.Preflight) {
 		}
 	}
 	if sv.Example != nil {
-		fmt.Fprintf(w, "example feasible config: %s %s\n", strings.Join(st.Engine.Command, " "), strings.Join(sv.Example.Flags, " "))
+		fmt.Fprintf(w, "example feasible config: %s\n", strings.Join(st.Argv(sv.Example), " "))
 	}
 }
