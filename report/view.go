@@ -380,6 +380,10 @@ func formatScore(x float64) string {
 	return strconv.FormatFloat(x, 'f', 1, 64)
 }
 
+// Thousands prints v rounded to an integer with thousands separators
+// (35,755).
+func Thousands(v float64) string { return group(strconv.FormatFloat(math.Round(v), 'f', 0, 64)) }
+
 // group inserts thousands separators into an integer string.
 func group(s string) string {
 	neg := strings.HasPrefix(s, "-")

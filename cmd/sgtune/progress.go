@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/sgtune/sgtune/report"
+
 	"fmt"
 	"io"
 	"os"
@@ -120,7 +122,7 @@ func (p *progress) statusLine() string {
 		parts = append(parts, p.phase)
 	}
 	if p.tokS > 0 {
-		parts = append(parts, groupDigits(p.tokS)+" tok/s")
+		parts = append(parts, report.Thousands(p.tokS)+" tok/s")
 	}
 	elapsed := p.now().Sub(p.start)
 	parts = append(parts, clock(elapsed)+" elapsed")
@@ -128,7 +130,7 @@ func (p *progress) statusLine() string {
 		parts = append(parts, "~"+clock(left)+" left")
 	}
 	if p.ev.Best != nil {
-		parts = append(parts, "best "+groupDigits(*p.ev.Best))
+		parts = append(parts, "best "+report.Thousands(*p.ev.Best))
 	}
 	return strings.Join(parts, " · ")
 }
@@ -159,22 +161,4 @@ func (p *progress) stop() {
 		fmt.Fprint(p.w, "\r\033[K")
 	}
 	p.stopped = true
-}
-
-// groupDigits prints a figure with thousands separators, no decimals.
-func groupDigits(v float64) string {
-	s := fmt.Sprintf("%.0f", v)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
 }

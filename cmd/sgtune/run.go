@@ -56,30 +56,9 @@ starting new trials after the given time; the trial in flight finishes.`,
 			if trials < 0 || parallel < 0 || timeout < 0 {
 				return badInput(errors.New("--trials, --parallel and --timeout must not be negative"))
 			}
-			if groups := max(len(st.GPUGroups), 1); !st.Slurmed() && parallel > groups {
-				return badInput(fmt.Errorf("--parallel %d: the study has %d GPU group(s) (gpus.groups in %s); one trial runs per group", parallel, groups, st.Path))
-			}
-			logBase := "."
-			if !storage.IsPostgres(storagePath) {
-				dbPath, err := storage.ParsePath(storagePath)
-				if err != nil {
-					return badInput(fmt.Errorf("--storage: %w", err))
-				}
-				logBase = filepath.Dir(dbPath)
-				if fi, err := os.Stat(logBase); err != nil || !fi.IsDir() {
-					return badInput(fmt.Errorf("--storage %s: directory %s does not exist", storagePath, logBase))
-				}
-			}
-			pre := search.Check(st, a.getenv)
-			if err := pre.Err(); err != nil {
-				return err
-			}
-			for _, w := range pre.Warnings {
-				fmt.Fprintf(a.stderr, "warning: %s\n", w)
-			}
-			store, err := storage.Open(storagePath)
+			pre, store, logBase, err := a.openStudy(st, storagePath, parallel)
 			if err != nil {
-				return fmt.Errorf("open storage: %w", err)
+				return err
 			}
 			defer store.Close()
 			if logDir == "" {
@@ -193,6 +172,40 @@ func exactArgs(n int) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// openStudy runs what run and worker check before they write anything
+// (the parallel trials against the GPU groups, the storage's directory,
+// the study's preflight) and opens the storage. logBase is where the logs
+// go by default: beside a SQLite file, else here.
+func (a *app) openStudy(st *space.Study, storagePath string, parallel int) (search.Preflight, *storage.Store, string, error) {
+	var pre search.Preflight
+	if groups := max(len(st.GPUGroups), 1); !st.Slurmed() && parallel > groups {
+		return pre, nil, "", badInput(fmt.Errorf("--parallel %d: the study has %d GPU group(s) (gpus.groups in %s); one trial runs per group", parallel, groups, st.Path))
+	}
+	logBase := "."
+	if !storage.IsPostgres(storagePath) {
+		dbPath, err := storage.ParsePath(storagePath)
+		if err != nil {
+			return pre, nil, "", badInput(fmt.Errorf("--storage: %w", err))
+		}
+		logBase = filepath.Dir(dbPath)
+		if fi, err := os.Stat(logBase); err != nil || !fi.IsDir() {
+			return pre, nil, "", badInput(fmt.Errorf("--storage %s: directory %s does not exist", storagePath, logBase))
+		}
+	}
+	pre = search.Check(st, a.getenv)
+	if err := pre.Err(); err != nil {
+		return pre, nil, "", err
+	}
+	for _, w := range pre.Warnings {
+		fmt.Fprintf(a.stderr, "warning: %s\n", w)
+	}
+	store, err := storage.Open(storagePath)
+	if err != nil {
+		return pre, nil, "", fmt.Errorf("open storage: %w", err)
+	}
+	return pre, store, logBase, nil
 }
 
 // storageHelp documents --storage for every command that has it.

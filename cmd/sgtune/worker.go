@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 
 	"github.com/sgtune/sgtune/search"
 	"github.com/sgtune/sgtune/space"
-	"github.com/sgtune/sgtune/storage"
 )
 
 func (a *app) workerCmd() *cobra.Command {
@@ -57,30 +55,9 @@ are plain text, one per event.`,
 			if parallel < 0 || timeout < 0 {
 				return badInput(errors.New("--parallel and --timeout must not be negative"))
 			}
-			if groups := max(len(st.GPUGroups), 1); !st.Slurmed() && parallel > groups {
-				return badInput(fmt.Errorf("--parallel %d: the study has %d GPU group(s) (gpus.groups in %s); one trial runs per group", parallel, groups, st.Path))
-			}
-			logBase := "."
-			if !storage.IsPostgres(storagePath) {
-				dbPath, err := storage.ParsePath(storagePath)
-				if err != nil {
-					return badInput(fmt.Errorf("--storage: %w", err))
-				}
-				logBase = filepath.Dir(dbPath)
-				if fi, err := os.Stat(logBase); err != nil || !fi.IsDir() {
-					return badInput(fmt.Errorf("--storage %s: directory %s does not exist", storagePath, logBase))
-				}
-			}
-			pre := search.Check(st, a.getenv)
-			if err := pre.Err(); err != nil {
-				return err
-			}
-			for _, w := range pre.Warnings {
-				fmt.Fprintf(a.stderr, "warning: %s\n", w)
-			}
-			store, err := storage.Open(storagePath)
+			pre, store, logBase, err := a.openStudy(st, storagePath, parallel)
 			if err != nil {
-				return fmt.Errorf("open storage: %w", err)
+				return err
 			}
 			defer store.Close()
 			if logDir == "" {
