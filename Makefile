@@ -10,7 +10,7 @@ export GOFLAGS := $(if $(SQLITE_TAG),-tags=$(SQLITE_TAG)) -buildvcs=false
 # The study files name their engines as commands on PATH (sglang-sim here).
 export PATH := $(CURDIR)/bin:$(PATH)
 
-.PHONY: all build test demo demo-cluster lint soak calibrate bench-loadgen clean report-check export-check llama-server
+.PHONY: all build test demo demo-cluster lint soak calibrate bench-loadgen bench-search clean report-check export-check llama-server
 
 all: build
 
@@ -76,6 +76,16 @@ soak:
 # live simulator and the seed. --strict exits 1 on any miss.
 calibrate: build
 	$(GO) run ./cmd/calibrate --faults --cold --matrix --virtual
+
+# Search quality without servers: every config of the GLM study scored on
+# the simulator's own engine in virtual time (the landscape, cached in
+# ~/.cache/sgtune/bench-search, about 3 minutes the first time), then 20
+# searches of 30 launches per method (sgtune's loop with its TPE, with
+# random; random, goptuna's TPE and grid in a plain loop) with 12% noise
+# per repeat. The last line is the summary:
+# ours_trials_to_97=A random_trials_to_97=B goptuna_tpe_trials_to_97=C infeasible_launches=D crash_launches=E
+bench-search: build
+	bin/bench-search --study testdata/studies/glm-5.3-flash-h200x4.yaml $(BENCH_SEARCH_FLAGS)
 
 # Client CPU per streamed chunk, sgtune's reader vs go-openai's Recv(), and
 # the TTFT error against an injected delay at C128; last line is the summary.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sgtune/sgtune/space"
 	"github.com/sgtune/sgtune/storage"
 )
 
@@ -134,14 +135,23 @@ func runScore(rec Record) Measurement {
 	return r
 }
 
-// topConfigs are the best n complete configs measured by the search (not
-// by confirmation runs), by score.
-func topConfigs(recs []Record, n int) []Record {
+// topConfigs are the n complete configs measured by the search (not by
+// confirmation runs) with the best estimates (see Estimates): a config
+// measured once, far above what similar configs measured, is less likely
+// its true score than one whose family agrees.
+func topConfigs(st *space.Study, recs []Record, n int) []Record {
+	ests, _ := Estimates(st, recs)
+	est := func(r Record) float64 {
+		if e, ok := ests[r.ConfigKey]; ok && r.State == StateComplete && r.ScoreOK {
+			return e.Score
+		}
+		return math.Inf(-1)
+	}
 	var out []Record
 	seen := map[string]bool{}
 	cands := slices.Clone(recs)
 	slices.SortStableFunc(cands, func(a, b Record) int {
-		return cmpFloat(scoreOf(b), scoreOf(a))
+		return cmpFloat(est(b), est(a))
 	})
 	for _, rec := range cands {
 		if len(out) == n {
@@ -154,13 +164,6 @@ func topConfigs(recs []Record, n int) []Record {
 		out = append(out, rec)
 	}
 	return out
-}
-
-func scoreOf(r Record) float64 {
-	if r.Score == nil || !r.ScoreOK || r.State != StateComplete {
-		return math.Inf(-1)
-	}
-	return *r.Score
 }
 
 // flagCount is how many engine flags a trial's config sets beyond the
@@ -190,7 +193,7 @@ func (r *runner) confirm(ctx context.Context, groups [][]int) error {
 	if err != nil {
 		return err
 	}
-	top := topConfigs(recs, k)
+	top := topConfigs(r.st, recs, k)
 	if len(top) == 0 {
 		return nil
 	}

@@ -8,6 +8,25 @@ import (
 	"github.com/sgtune/sgtune/space"
 )
 
+// pruneReach is how far below the scored level a level still predicts it:
+// a trial is pruned only after a level whose concurrency is at least the
+// scored level's / pruneReach. C1 measures latency-bound decoding, where
+// speculative decoding doubles throughput and says little of C64: on the
+// GLM study, configs without EAGLE read under half the best C1 while
+// reaching 91% of the best C64 (bench-search pruned them at C1).
+const pruneReach = 4
+
+// prunesAt reports whether a trial may be pruned after level conc.
+func prunesAt(st *space.Study, conc int) bool {
+	target := st.Score.Concurrency
+	if target <= 0 {
+		for _, c := range st.Workload.Chat.Concurrency {
+			target = max(target, c)
+		}
+	}
+	return conc*pruneReach >= target
+}
+
 // levelRef is a complete trial's median output tok/s at one level.
 type levelRef struct {
 	number int

@@ -65,3 +65,83 @@ func TestCrashRegion(t *testing.T) {
 		}
 	}
 }
+
+// Failures one region explains do not also establish the other regions
+// their values happen to share. Two crashes with ep=1 and radix off make
+// that pair a region (the values that fail most often), not the two other
+// pairs they share, so ep=1 with the radix cache stays open. In the second
+// case two causes (no overlap scheduler, whose failures differ in every
+// other param; ep=1 with radix off) crash five configs, three of them
+// without the radix cache and with CUDA graphs on: the study rules out the
+// two causes, not radix off with graphs on (where bench-search's best
+// config lies): a single value explains three failures that differ in
+// every other param first, and the pair takes the rest.
+func TestCrashRegionExplainedOnce(t *testing.T) {
+	st, _, _ := openFake(t, "- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}",
+		"- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}\n  - {name: radix, type: bool, values: {false: --disable-radix-cache}}\n  - {name: graphs, type: bool, values: {false: --disable-cuda-graph}}\n  - {name: overlap, type: bool, values: {false: --disable-overlap-schedule}}")
+	rec := func(n int, state string, ep string, radix, graphs, overlap bool, slots int) Record {
+		class := ""
+		if state == StateFailed {
+			class = "illegal_memory_access"
+		}
+		return Record{Number: n, State: state, FailureClass: class,
+			Params: map[string]any{"ep": ep, "radix": radix, "graphs": graphs, "overlap": overlap, "slots": slots}}
+	}
+	two := []Record{
+		rec(1, StateFailed, "1", false, true, true, 64),
+		rec(2, StateFailed, "1", false, true, true, 128),
+		rec(3, StateComplete, "4", true, true, true, 128),
+		rec(4, StateComplete, "4", true, false, true, 192),
+	}
+	causes := []Record{
+		rec(1, StateFailed, "1", false, true, true, 64),
+		rec(2, StateFailed, "1", false, true, true, 128),
+		rec(3, StateFailed, "4", true, true, false, 192),
+		rec(4, StateFailed, "1", false, false, false, 256),
+		rec(5, StateFailed, "4", false, false, false, 320),
+		rec(6, StateComplete, "4", true, true, true, 128),
+		rec(7, StateComplete, "4", false, false, true, 64),
+	}
+	tests := []struct {
+		name string
+		recs []Record
+		p    space.Params
+		want string
+	}{
+		{"the pair the failures share", two, space.Params{"ep": "1", "radix": false, "graphs": false, "overlap": true, "slots": 256},
+			"crash region: every launched config with ep=1, radix=false failed (trials 1, 2: illegal_memory_access) and none succeeded"},
+		{"not the other pairs they share", two, space.Params{"ep": "1", "radix": true, "graphs": true, "overlap": true, "slots": 256}, ""},
+		{"two causes: the first", causes, space.Params{"ep": "1", "radix": false, "graphs": false, "overlap": true, "slots": 448},
+			"crash region: every launched config with ep=1, radix=false failed (trials 1, 2, 4: illegal_memory_access) and none succeeded"},
+		{"two causes: the second", causes, space.Params{"ep": "4", "radix": true, "graphs": true, "overlap": false, "slots": 448},
+			"crash region: every launched config with overlap=false failed (trials 3, 4, 5: illegal_memory_access) and none succeeded"},
+		{"two causes: not what they share", causes, space.Params{"ep": "4", "radix": false, "graphs": true, "overlap": true, "slots": 448}, ""},
+	}
+	for _, tc := range tests {
+		if got := crashRegion(st, tc.recs, tc.p); got != tc.want {
+			t.Errorf("%s:\n got %q\nwant %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A trial is pruned only after a level within pruneReach of the scored
+// one: C1 says little of C64 (speculative decoding doubles C1 alone).
+func TestPrunesAt(t *testing.T) {
+	st, _, _ := openFake(t, "score: {metric: output_tok_s, concurrency: 4}", "score: {metric: output_tok_s, concurrency: 64}",
+		"concurrency: [4], requests: [4]", "concurrency: [1, 16, 64], requests: [4, 4, 4]")
+	top, _, _ := openFake(t, "score: {metric: output_tok_s, concurrency: 4}", "score: {metric: output_tok_s}",
+		"concurrency: [4], requests: [4]", "concurrency: [1, 16, 128], requests: [4, 4, 4]")
+	tests := []struct {
+		st   *space.Study
+		conc int
+		want bool
+	}{
+		{st, 1, false}, {st, 8, false}, {st, 16, true}, {st, 64, true},
+		{top, 1, false}, {top, 16, false}, {top, 32, true},
+	}
+	for _, tc := range tests {
+		if got := prunesAt(tc.st, tc.conc); got != tc.want {
+			t.Errorf("score at C%d, level C%d: %v, want %v", tc.st.Score.Concurrency, tc.conc, got, tc.want)
+		}
+	}
+}

@@ -14,6 +14,16 @@ import (
 // failures and no success sharing both; with one, minSingleCrashes and no
 // success. Continuous and fine-grained params (more than maxRegionValues
 // values, e.g. a memory fraction) never define a region.
+//
+// Regions explain failures, each failure one region, and the study rules
+// out as little of the space as explains them all: regions are taken
+// greedily by the share of the space they rule out per failure they
+// explain (the greedy weighted set cover), so two crashes with ep=1 and
+// radix off make that pair a region (a quarter of the space for two
+// failures) rather than adding them to a third failure with CUDA graphs on
+// to rule out CUDA graphs (half the space for three). Without that, the
+// failures of two causes would establish a third that merely shares their
+// values, and the study would stop launching where its best config lies.
 const (
 	minPairCrashes   = 2
 	minSingleCrashes = 3
@@ -26,56 +36,192 @@ type literal struct {
 	value string
 }
 
+// region is a set of param values where every launched config failed.
+type region struct {
+	lits   []literal
+	failed []Record
+	// share is the fraction of the space the region rules out (the
+	// product of 1/values over its params).
+	share float64
+	// plausibility orders regions of equal cost: the summed failure rate
+	// of the launched configs sharing each of its values.
+	plausibility float64
+}
+
 // crashRegion returns why a proposal lies in a crash region ("" when it
 // does not), naming the region, the failed trials and their classes.
 func crashRegion(st *space.Study, recs []Record, p space.Params) string {
-	var lits []literal
-	for _, par := range st.Params {
-		v, ok := p[par.Name]
-		if !ok || !regionParam(par) {
-			continue
+	for _, r := range crashRegions(st, recs) {
+		if matches(p, r.lits) {
+			return r.reason()
 		}
-		lits = append(lits, literal{par.Name, fmt.Sprint(v)})
 	}
-	type region struct {
-		lits   []literal
-		failed []Record
+	return ""
+}
+
+// crashRegions returns the regions the study's failures establish, best
+// supported first, each failure explained by one region only.
+func crashRegions(st *space.Study, recs []Record) []region {
+	var names []string
+	values := map[string]int{}
+	for _, par := range st.Params {
+		if regionParam(par) {
+			names = append(names, par.Name)
+			values[par.Name] = regionValues(par)
+		}
 	}
-	var best *region
-	consider := func(ls []literal, need int) {
-		var failed []Record
-		for _, rec := range recs {
+	var launched []Record
+	for _, rec := range recs {
+		if rec.State == StateComplete || rec.State == StatePruned ||
+			(rec.State == StateFailed && deterministicClasses[rec.FailureClass]) {
+			launched = append(launched, rec)
+		}
+	}
+	// failRate[literal] is the failure rate of the launched configs with it.
+	failRate := map[literal]float64{}
+	count := map[literal][2]int{} // failed, launched
+	for _, rec := range launched {
+		for _, l := range literalsOf(rec.Params, names) {
+			c := count[l]
+			if rec.State == StateFailed {
+				c[0]++
+			}
+			c[1]++
+			count[l] = c
+		}
+	}
+	for l, c := range count {
+		failRate[l] = float64(c[0]) / float64(c[1])
+	}
+	// Candidates: the single values and pairs of values of failed configs
+	// that no success shares.
+	seen := map[string]bool{}
+	var cands []region
+	add := func(ls []literal) {
+		key := fmt.Sprint(ls)
+		if seen[key] {
+			return
+		}
+		seen[key] = true
+		r := region{lits: ls, share: 1}
+		for _, rec := range launched {
 			if !matches(rec.Params, ls) {
 				continue
 			}
-			switch {
-			case rec.State == StateComplete || rec.State == StatePruned:
+			if rec.State != StateFailed {
 				return // a success in the region: it is not one
-			case rec.State == StateFailed && deterministicClasses[rec.FailureClass]:
-				failed = append(failed, rec)
+			}
+			r.failed = append(r.failed, rec)
+		}
+		for _, l := range ls {
+			r.plausibility += failRate[l]
+			r.share /= float64(values[l.name])
+		}
+		if len(ls) == 1 && !diverse(r.failed, ls[0].name, names) {
+			return
+		}
+		cands = append(cands, r)
+	}
+	for _, rec := range launched {
+		if rec.State != StateFailed {
+			continue
+		}
+		lits := literalsOf(rec.Params, names)
+		for i := range lits {
+			add(lits[i : i+1])
+			for j := i + 1; j < len(lits); j++ {
+				add([]literal{lits[i], lits[j]})
 			}
 		}
-		if len(failed) >= need && (best == nil || len(failed) > len(best.failed)) {
-			best = &region{ls, failed}
+	}
+	explained := map[int]bool{}
+	support := func(r region) int {
+		n := 0
+		for _, rec := range r.failed {
+			if !explained[rec.Number] {
+				n++
+			}
+		}
+		return n
+	}
+	var out []region
+	for {
+		bi, bs := -1, 0
+		for i, r := range cands {
+			need := minPairCrashes
+			if len(r.lits) == 1 {
+				need = minSingleCrashes
+			}
+			s := support(r)
+			if s < need {
+				continue
+			}
+			if bi < 0 || better(r, s, cands[bi], bs) {
+				bi, bs = i, s
+			}
+		}
+		if bi < 0 {
+			return out
+		}
+		r := cands[bi]
+		for _, rec := range r.failed {
+			explained[rec.Number] = true
+		}
+		out = append(out, r)
+		cands = slices.Delete(cands, bi, bi+1)
+	}
+}
+
+// better orders candidate regions: more unexplained failures, then one
+// value before two (a single value is a candidate only when its failures
+// differ in every other param, see diverse), then the more plausible
+// values; the order is total, so the choice does not depend on map order.
+func better(a region, as int, b region, bs int) bool {
+	switch {
+	case as != bs:
+		return as > bs
+	case len(a.lits) != len(b.lits):
+		return len(a.lits) < len(b.lits)
+	case a.plausibility != b.plausibility:
+		return a.plausibility > b.plausibility
+	}
+	return fmt.Sprint(a.lits) < fmt.Sprint(b.lits)
+}
+
+// diverse reports whether failures that share the value of param name
+// differ in every other region param: otherwise a pair (the value and the
+// one they share) explains them as well, and the single value would rule
+// out configs nothing has shown to fail.
+func diverse(failed []Record, name string, names []string) bool {
+	for _, n := range names {
+		if n == name {
+			continue
+		}
+		first, same := "", true
+		for i, rec := range failed {
+			v := fmt.Sprint(rec.Params[n])
+			if i == 0 {
+				first = v
+			} else if v != first {
+				same = false
+				break
+			}
+		}
+		if same {
+			return false
 		}
 	}
-	for i := range lits {
-		for j := i + 1; j < len(lits); j++ {
-			consider([]literal{lits[i], lits[j]}, minPairCrashes)
-		}
-	}
-	for i := range lits {
-		consider(lits[i:i+1], minSingleCrashes)
-	}
-	if best == nil {
-		return ""
-	}
+	return true
+}
+
+// reason says why a config of the region is not launched.
+func (r region) reason() string {
 	var where, trials []string
 	classes := map[string]bool{}
-	for _, l := range best.lits {
+	for _, l := range r.lits {
 		where = append(where, l.name+"="+l.value)
 	}
-	for _, rec := range best.failed {
+	for _, rec := range r.failed {
 		trials = append(trials, fmt.Sprint(rec.Number))
 		classes[rec.FailureClass] = true
 	}
@@ -88,6 +234,17 @@ func crashRegion(st *space.Study, recs []Record, p space.Params) string {
 		strings.Join(where, ", "), strings.Join(trials, ", "), strings.Join(cs, ", "))
 }
 
+// literalsOf returns a config's values of the named params, in their order.
+func literalsOf(params map[string]any, names []string) []literal {
+	var out []literal
+	for _, n := range names {
+		if v, ok := params[n]; ok {
+			out = append(out, literal{n, fmt.Sprint(v)})
+		}
+	}
+	return out
+}
+
 // regionParam reports whether a param can define a crash region: a
 // categorical, a bool, or an int with few values.
 func regionParam(par space.Param) bool {
@@ -98,6 +255,17 @@ func regionParam(par space.Param) bool {
 		return par.Step > 0 && (par.High-par.Low)/par.Step+1 <= maxRegionValues
 	}
 	return false
+}
+
+// regionValues is how many values a region param takes.
+func regionValues(par space.Param) int {
+	switch par.Type {
+	case "bool":
+		return 2
+	case "int":
+		return int((par.High-par.Low)/par.Step) + 1
+	}
+	return len(par.Choices)
 }
 
 func matches(params map[string]any, ls []literal) bool {

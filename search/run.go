@@ -196,7 +196,7 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		return r.sum, errext.Bad(fmt.Errorf("--parallel %d exceeds the %d GPU group(s) of the study", parallel, len(groups)))
 	}
 
-	smp, gridSize, err := newSampler(st, r.repeated)
+	smp, gridSize, err := newSampler(st, r.repeated, r.neighbour)
 	r.gridSize = gridSize
 	if err != nil {
 		return r.sum, errext.Bad(fmt.Errorf("%s: budget.sampler: %w", st.Path, err))

@@ -18,12 +18,12 @@ import (
 // are keyed by trial number inside the sampler, so a resumed study with
 // the same stored trials proposes what it would have. repeated tells
 // whether the last proposal repeated a known config (see escape).
-func newSampler(st *space.Study, repeated func() bool) (goptuna.Sampler, int, error) {
+func newSampler(st *space.Study, repeated func() bool, neighbour func(trialNumber int) (map[string]float64, error)) (goptuna.Sampler, int, error) {
 	opts := []sampler.Option{sampler.WithClassifier(classify)}
 	var points []map[string]float64
 	if st.Budget.Sampler == "grid" {
 		var err error
-		if points, err = gridPoints(st); err != nil {
+		if points, err = GridPoints(st); err != nil {
 			return nil, 0, err
 		}
 		// Re-runs of interrupted trials take their own params; they do not
@@ -37,11 +37,17 @@ func newSampler(st *space.Study, repeated func() bool) (goptuna.Sampler, int, er
 	if err != nil {
 		return nil, 0, err
 	}
+	if ourModel[st.Budget.Sampler] && neighbour != nil {
+		s = &local{model: s, next: func(t goptuna.FrozenTrial) (map[string]float64, error) { return neighbour(t.Number) }}
+	}
 	if st.Budget.Sampler != "grid" && st.Budget.Sampler != "random" {
 		s = escape{model: s, random: sampler.NewRandom(st.Budget.Seed), repeated: repeated}
 	}
 	return fixedFirst{s}, len(points), nil
 }
+
+// ourModel are the model samplers that interleave local moves (see local).
+var ourModel = map[string]bool{"tpe": true, "tpe-univariate": true}
 
 // escape hands the next trial to the random sampler when the last proposal
 // repeated a config already measured, running or known bad. A model
@@ -76,9 +82,9 @@ func classify(t goptuna.FrozenTrial) (float64, sampler.ObsKind) {
 	return sampler.DefaultClassifier(t)
 }
 
-// gridPoints enumerates a finite space in goptuna's internal form, in the
+// GridPoints enumerates a finite space in goptuna's internal form, in the
 // space's own order (the grid baseline: the seed's manual sweep style).
-func gridPoints(st *space.Study) ([]map[string]float64, error) {
+func GridPoints(st *space.Study) ([]map[string]float64, error) {
 	if _, finite := st.Bound(); !finite {
 		return nil, errors.New(`sampler "grid" needs a finite space (every float param needs a step)`)
 	}

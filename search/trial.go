@@ -406,7 +406,7 @@ func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs ma
 			r.emit(Event{Kind: EventPhase, Trial: t.number, Phase: phase, Text: fmt.Sprintf("trial %d   %s", t.number, phase)})
 		},
 		AfterLevel: func(conc int, pts []objective.Point) error {
-			if t.confirmOf != nil {
+			if t.confirmOf != nil || !prunesAt(r.st, conc) {
 				// A confirmation run measures its config in full: pruned, it
 				// would pool as a 0 and decide the winner on noise.
 				return nil

@@ -38,10 +38,10 @@ var (
 	DefaultConfirm        = 3
 	DefaultStartupTimeout = 20 * time.Minute
 	// Samplers are the values budget.sampler accepts (search/sampler's
-	// names; a test keeps the two lists equal): tpe (ours), tpe-multivariate,
+	// names; a test keeps the two lists equal): tpe (ours), tpe-univariate,
 	// random, grid (the space in order, a baseline) and goptuna-tpe
 	// (goptuna's own, a baseline).
-	Samplers = []string{"goptuna-tpe", "grid", "random", "tpe", "tpe-multivariate"}
+	Samplers = []string{"goptuna-tpe", "grid", "random", "tpe", "tpe-univariate"}
 )
 
 // Load reads and validates a study file. Every problem is reported as

@@ -92,7 +92,7 @@ func TestLoadErrorTable(t *testing.T) {
 		{"score level", base + "score: {concurrency: 48}\n", "score.concurrency: 48 is not a measured level"},
 		{"duration", base + "launch: {startup_timeout: 20}\n", "launch.startup_timeout: got an integer (20); valid: a Go duration"},
 		{"duration text", base + "launch: {startup_timeout: soon}\n", `launch.startup_timeout: "soon" is not a duration`},
-		{"sampler", base + "budget: {sampler: cmaes}\n", `budget.sampler: "cmaes"; valid: goptuna-tpe, grid, random, tpe, tpe-multivariate`},
+		{"sampler", base + "budget: {sampler: cmaes}\n", `budget.sampler: "cmaes"; valid: goptuna-tpe, grid, random, tpe, tpe-univariate`},
 		{"trials", base + "budget: {trials: 0}\n", "budget.trials: 0; valid: an integer >= 1"},
 		{"parallel", base + "budget: {parallel: 3}\n", "budget.parallel: 3; valid: 1..1"},
 		{"limits", base + "on_limits_reduced: warn\n", `on_limits_reduced: "warn"; valid: reject (default) or accept`},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -20,18 +21,46 @@ import (
 	"github.com/sgtune/sgtune/storage"
 )
 
-// method is a search method under test: the study loop itself (search.Run,
-// with its duplicate checks, crash regions, learned feasibility and
-// pruning) driven by one of its samplers (budget.sampler).
-type method struct{ Name, Sampler string }
+// method is a search method under test: sgtune's study loop itself
+// (search.Run: duplicate checks, crash regions, learned feasibility,
+// pruning) with one of its samplers, or a baseline: a sampler in the plain
+// loop the peer tools run (see baseline).
+type method struct {
+	Name, Sampler string
+	Baseline      bool
+}
 
 // methods are those the comparison runs: ours, and the baselines.
 var methods = []method{
-	{"ours", "tpe"},
-	{"ours_multivariate", "tpe-multivariate"},
-	{"random", "random"},
-	{"goptuna_tpe", "goptuna-tpe"},
-	{"grid", "grid"},
+	{Name: "ours", Sampler: "tpe"},
+	{Name: "ours_random", Sampler: "random"},
+	{Name: "random", Sampler: "random", Baseline: true},
+	{Name: "goptuna_tpe", Sampler: "goptuna-tpe", Baseline: true},
+	{Name: "grid", Sampler: "grid", Baseline: true},
+}
+
+func methodNames() string {
+	names := make([]string, len(methods))
+	for i, m := range methods {
+		names[i] = m.Name
+	}
+	return strings.Join(names, ",")
+}
+
+// pickMethods returns the methods named in a comma-separated list (all for "").
+func pickMethods(list string) ([]method, error) {
+	if list == "" {
+		return methods, nil
+	}
+	var out []method
+	for _, n := range strings.Split(list, ",") {
+		i := slices.IndexFunc(methods, func(m method) bool { return m.Name == n })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown method %q; valid: %s", n, methodNames())
+		}
+		out = append(out, methods[i])
+	}
+	return out, nil
 }
 
 // comparison runs methods on a study against its landscape.
@@ -46,6 +75,8 @@ type comparison struct {
 	Log       io.Writer
 	// Preflight is the study's, computed once for every search.
 	Preflight *search.Preflight
+	// Trace, when set, gets every trial of every search of the study loop.
+	Trace io.Writer
 }
 
 // searchRun is one search (a method and a seed).
@@ -65,6 +96,10 @@ type searchRun struct {
 	// Stored is every trial the study stored (launches, rejections,
 	// duplicates).
 	Stored int
+	// FoundTo97 is the first launch count at which a config with a true
+	// score of at least 97% of the best had been launched (whether or not
+	// the study declared it): the search's part, apart from the winner's.
+	FoundTo97 int
 }
 
 // crashClasses are the failure classes of a crash.
@@ -93,7 +128,11 @@ func (c *comparison) Run(ctx context.Context, ms []method) ([]searchRun, error) 
 	var done atomic.Int64
 	err := parallel(ctx, c.Workers, jobs, func(j int) error {
 		m, seed := ms[j/c.Seeds], j%c.Seeds+1
-		r, err := c.search(ctx, m, seed, index, best)
+		run := c.search
+		if m.Baseline {
+			run = c.baseline
+		}
+		r, err := run(ctx, m, seed, index, best)
 		runs[j] = r
 		if n := done.Add(1); c.Log != nil {
 			fmt.Fprintf(c.Log, "  %s seed %d: %d launches to 97%% (%d/%d searches)\n", m.Name, seed, r.TrialsTo97, n, jobs)
@@ -106,10 +145,12 @@ func (c *comparison) Run(ctx context.Context, ms []method) ([]searchRun, error) 
 // search runs one study (a method and a seed) through the study loop on
 // the simulator's engine in virtual time, then scores it against the
 // landscape: after each launch, the winner the study would declare (its
-// best measured trial) and that winner's true score.
+// leader, search.Leader: the best estimate, which pools a config's runs and
+// shrinks them toward what similar configs measured) and that winner's
+// true score.
 func (c *comparison) search(ctx context.Context, m method, seed int, index map[string]int, best float64) (searchRun, error) {
 	ls := c.Landscape
-	run := searchRun{Method: m.Name, Seed: seed, TrialsTo97: c.Budget + 1}
+	run := searchRun{Method: m.Name, Seed: seed, TrialsTo97: c.Budget + 1, FoundTo97: c.Budget + 1}
 	st := *c.Study
 	st.Budget.Sampler, st.Budget.Seed, st.Budget.Trials = m.Sampler, int64(seed), c.Budget
 	st.Budget.Confirm, st.Budget.Parallel, st.Budget.Timeout = 0, 1, 0
@@ -134,8 +175,17 @@ func (c *comparison) search(ctx context.Context, m method, seed int, index map[s
 		return run, fmt.Errorf("%s seed %d: %w", m.Name, seed, err)
 	}
 	run.Stored = len(sum.Records)
-	winner, winnerScore := -1, 0.0
+	if c.Trace != nil {
+		c.trace(m, seed, sum.Records, index, best)
+	}
+	winner := -1
+	keyIndex := map[string]int{}
 	for _, rec := range sum.Records {
+		if idx, ok := index[strings.Join(rec.Flags(), " ")]; ok && rec.ConfigKey != "" {
+			keyIndex[rec.ConfigKey] = idx
+		}
+	}
+	for i, rec := range sum.Records {
 		launched := rec.State == search.StateComplete || rec.State == search.StateFailed || rec.State == search.StatePruned
 		if !launched || rec.ConfirmOf != nil {
 			continue
@@ -157,8 +207,15 @@ func (c *comparison) search(ctx context.Context, m method, seed int, index map[s
 		if rec.State == search.StatePruned {
 			run.Pruned++
 		}
-		if rec.State == search.StateComplete && rec.ScoreOK && rec.Score != nil && *rec.Score > winnerScore {
-			winner, winnerScore = idx, *rec.Score
+		if ls.Configs[idx].Mean >= 0.97*best && run.FoundTo97 > c.Budget {
+			run.FoundTo97 = len(run.Regret) + 1
+		}
+		// The winner the study would declare now: its leader (the best
+		// estimate), the config it would confirm first.
+		if lead, ok := search.Leader(&st, sum.Records[:i+1]); ok {
+			if idx, known := keyIndex[lead.ConfigKey]; known {
+				winner = idx
+			}
 		}
 		truth := 0.0
 		if winner >= 0 {
@@ -178,6 +235,40 @@ func (c *comparison) search(ctx context.Context, m method, seed int, index map[s
 		run.Regret = append(run.Regret, last)
 	}
 	return run, nil
+}
+
+// trace prints a search's trials, one line each, in one write.
+func (c *comparison) trace(m method, seed int, recs []search.Record, index map[string]int, best float64) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "trace %s seed %d\n", m.Name, seed)
+	for _, rec := range recs {
+		truth := "-"
+		if idx, ok := index[strings.Join(rec.Flags(), " ")]; ok {
+			truth = fmt.Sprintf("%.1f%%", c.Landscape.Configs[idx].Mean/best*100)
+		}
+		score := "-"
+		if rec.Score != nil {
+			score = fmt.Sprintf("%.0f", *rec.Score)
+		}
+		why := rec.FailureClass
+		if rec.State == search.StateInfeasible || rec.State == search.StatePruned {
+			why = rec.Reason
+			if len(why) > 90 {
+				why = why[:90] + "..."
+			}
+		}
+		fmt.Fprintf(&b, "  %3d %-10s score %-6s true %-6s %s  %s\n", rec.Number, rec.State, score, truth, paramsLine(rec.Params), why)
+	}
+	fmt.Fprint(c.Trace, b.String())
+}
+
+func paramsLine(p map[string]any) string {
+	keys := slices.Sorted(maps.Keys(p))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%v", k, p[k])
+	}
+	return strings.Join(parts, " ")
 }
 
 // hashString tells the methods' random streams apart.
@@ -206,9 +297,11 @@ func printComparison(w io.Writer, runs []searchRun, budget int) {
 	for _, name := range names {
 		rs := by[name]
 		to := make([]float64, len(rs))
+		found := make([]float64, len(rs))
 		var inf, crash, pruned, stored int
 		for i, r := range rs {
 			to[i] = float64(r.TrialsTo97)
+			found[i] = float64(r.FoundTo97)
 			inf += r.InfeasibleLaunches
 			crash += r.CrashLaunches
 			pruned += r.Pruned
@@ -218,6 +311,7 @@ func printComparison(w io.Writer, runs []searchRun, budget int) {
 		sums[name] = [3]int{inf, crash, pruned}
 		fmt.Fprintf(w, "  %-18s median %g (per seed %v); infeasible launches %d, crash launches %d, pruned %d; %.1f trials stored per search\n",
 			name, median(to), ints(to), inf, crash, pruned, float64(stored)/float64(len(rs)))
+		fmt.Fprintf(w, "  %-18s a config >= 97%% first launched after: median %g (per seed %v)\n", "", median(found), ints(found))
 		fmt.Fprintf(w, "  %-18s median regret after n launches:", "")
 		for _, n := range []int{1, 5, 10, 15, 20, 25, 30, 50, 100} {
 			if n > budget {

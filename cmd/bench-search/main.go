@@ -69,8 +69,11 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	workers := fs.Int("workers", runtime.NumCPU(), "parallel virtual trials")
 	cacheDir := fs.String("cache", defaultCacheDir(), "landscape cache directory")
 	refresh := fs.Bool("refresh", false, "recompute the landscape even when cached")
+	from := fs.String("landscape-from", "", "use this cached landscape file (from an earlier build) instead of the one keyed by this build")
 	noShare := fs.Bool("no-share", false, "measure every config itself instead of sharing measurements between configs that behave the same (slow; checks the sharing)")
 	quiet := fs.Bool("q", false, "no progress lines")
+	trace := fs.Bool("trace", false, "print every trial of every search of ours (state, params, measured and true score) to stderr")
+	only := fs.String("methods", "", "comma-separated methods to run (default: all: "+methodNames()+")")
 	if err := fs.Parse(argv); err != nil {
 		return 2
 	}
@@ -111,7 +114,15 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		progress = nil
 	}
 	lopt := landscapeOptions{Profile: *profile, Draws: *draws, ScreenDraws: *screen, Refine: *refine, NoShare: *noShare, Workers: *workers, Log: progress}
-	ls, err := landscape(ctx, st, *studyPath, lopt, *cacheDir, *refresh)
+	var ls *Landscape
+	if *from != "" {
+		var ok bool
+		if ls, ok, err = loadLandscape(*from); err == nil && !ok {
+			err = fmt.Errorf("%s: not a landscape of this version", *from)
+		}
+	} else {
+		ls, err = landscape(ctx, st, *studyPath, lopt, *cacheDir, *refresh)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "bench-search:", err)
 		if errors.Is(err, context.Canceled) {
@@ -130,7 +141,14 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	}
 	cmp := comparison{Study: st, Profile: *profile, Landscape: ls, Seeds: *seeds, Budget: *budget, NoiseCV: *noiseCV,
 		Workers: *workers, Log: progress, Preflight: &pre}
-	res, err := cmp.Run(ctx, methods)
+	if *trace {
+		cmp.Trace = stderr
+	}
+	ms, err := pickMethods(*only)
+	if err != nil {
+		return bad("--methods: %v", err)
+	}
+	res, err := cmp.Run(ctx, ms)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench-search:", err)
 		return 1

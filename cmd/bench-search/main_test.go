@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -130,8 +131,9 @@ func TestRunCachesAndCompares(t *testing.T) {
 		t.Errorf("second run did not use the cache: %s", errOut.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "random_trials_to_97=") {
-		t.Errorf("last line %q", last)
+	summary := regexp.MustCompile(`^ours_trials_to_97=[0-9.]+ random_trials_to_97=[0-9.]+ goptuna_tpe_trials_to_97=[0-9.]+ infeasible_launches=[0-9]+ crash_launches=[0-9]+$`)
+	if last := lines[len(lines)-1]; !summary.MatchString(last) {
+		t.Errorf("last line %q, want the issue's summary format", last)
 	}
 }
 

@@ -6,6 +6,6 @@
 // parameter's name and the trials stored in the study, so the same seed and
 // the same stored trials give the same proposal, also in a new process.
 //
-// New builds one by name ("tpe", "tpe-multivariate", "random", "grid",
+// New builds one by name ("tpe", "tpe-univariate", "random", "grid",
 // "goptuna-tpe").
 package sampler

@@ -14,10 +14,10 @@ import (
 // builders are the samplers New knows, by name.
 var builders = map[string]func(seed int64, opts []Option) (goptuna.Sampler, error){
 	"tpe": func(seed int64, opts []Option) (goptuna.Sampler, error) {
-		return NewTPE(seed, opts...)
+		return NewTPE(seed, append([]Option{WithMultivariate(true)}, opts...)...)
 	},
-	"tpe-multivariate": func(seed int64, opts []Option) (goptuna.Sampler, error) {
-		return NewTPE(seed, append(append([]Option(nil), opts...), WithMultivariate(true))...)
+	"tpe-univariate": func(seed int64, opts []Option) (goptuna.Sampler, error) {
+		return NewTPE(seed, append([]Option{WithMultivariate(false)}, opts...)...)
 	},
 	"random": func(seed int64, _ []Option) (goptuna.Sampler, error) {
 		return NewRandom(seed), nil
@@ -55,8 +55,10 @@ func Names() []string {
 	return names
 }
 
-// New builds a sampler by name: "tpe" (the default, also for ""),
-// "tpe-multivariate" (TPE with WithMultivariate), "random", "grid" (needs
+// New builds a sampler by name: "tpe" (the default, also for ""; TPE
+// with WithMultivariate: params that only pay off together, such as radix
+// off with ep=4, are modelled jointly), "tpe-univariate" (one Parzen
+// estimator per param, Optuna's default), "random", "grid" (needs
 // WithGridPoints) or "goptuna-tpe" (goptuna v0.9.0's own TPE behind the
 // same start-up draws as ours, kept as a baseline; its draws come from the
 // process-global math/rand, so it is not reproducible unless the program

@@ -32,9 +32,9 @@ func byName(name string, opts ...Option) func(int64) (goptuna.Sampler, error) {
 // qualityMethods are compared by the quality check; the first is ours.
 var qualityMethods = []method{
 	{name: "tpe", build: byName("tpe")},
-	{name: "tpe-multivariate", build: byName("tpe-multivariate")},
+	{name: "tpe-univariate", build: byName("tpe-univariate")},
 	{name: "tpe startup=10", build: byName("tpe", WithStartup(10))},
-	{name: "tpe-mv startup=10", build: byName("tpe-multivariate", WithStartup(10))},
+	{name: "tpe-uv startup=10", build: byName("tpe-univariate", WithStartup(10))},
 	{name: "tpe no-dedup", build: byName("tpe", WithAvoidDuplicates(false))},
 	{name: "random", build: byName("random")},
 	{name: "goptuna-tpe", global: true, build: byName("goptuna-tpe")},
@@ -130,7 +130,7 @@ func TestQualityBeatsBaselines(t *testing.T) {
 		if pr.max {
 			better = func(a, b float64) bool { return a > b }
 		}
-		for _, ours := range []string{"tpe", "tpe-multivariate"} {
+		for _, ours := range []string{"tpe", "tpe-univariate"} {
 			for _, base := range []string{"random", "goptuna-tpe"} {
 				if o, x := res[pr.name][ours], res[pr.name][base]; !better(o, x) {
 					t.Errorf("%s: %s median best %.4g is not better than %s's %.4g", pr.name, ours, o, base, x)

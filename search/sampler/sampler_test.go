@@ -180,7 +180,7 @@ func runSeq(t *testing.T, pr problem, s goptuna.Sampler, n int) []map[string]flo
 // proposals from a new sampler (a resumed process); different seeds differ.
 func TestReproducible(t *testing.T) {
 	mixed := problems()[1]
-	for _, name := range []string{"tpe", "tpe-multivariate", "random"} {
+	for _, name := range []string{"tpe", "tpe-univariate", "random"} {
 		t.Run(name, func(t *testing.T) {
 			build := func(seed int64) goptuna.Sampler {
 				s, err := New(name, seed)
@@ -455,7 +455,7 @@ func TestConditionalParams(t *testing.T) {
 // TestConditionalStudy runs whole studies over a conditional space in
 // both modes: every proposal valid, the conditional param only when active.
 func TestConditionalStudy(t *testing.T) {
-	for _, name := range []string{"tpe", "tpe-multivariate"} {
+	for _, name := range []string{"tpe", "tpe-univariate"} {
 		s, err := New(name, 4)
 		if err != nil {
 			t.Fatal(err)
@@ -547,13 +547,13 @@ func runProblemOn(t *testing.T, study *goptuna.Study, pr problem, n int) float64
 }
 
 func TestNew(t *testing.T) {
-	for _, name := range []string{"", "tpe", "tpe-multivariate", "random", "goptuna-tpe"} {
+	for _, name := range []string{"", "tpe", "tpe-univariate", "random", "goptuna-tpe"} {
 		if _, err := New(name, 1); err != nil {
 			t.Errorf("New(%q): %v", name, err)
 		}
 	}
 	_, err := New("bayes", 1)
-	if err == nil || !strings.Contains(err.Error(), "goptuna-tpe, grid, random, tpe, tpe-multivariate") {
+	if err == nil || !strings.Contains(err.Error(), "goptuna-tpe, grid, random, tpe, tpe-univariate") {
 		t.Errorf("New(bayes) error %v, want the valid names", err)
 	}
 	if _, err := New("grid", 1); err == nil {

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/c-bata/goptuna"
+
+	"github.com/sgtune/sgtune/engine"
+	"github.com/sgtune/sgtune/launcher"
+	"github.com/sgtune/sgtune/objective"
+	"github.com/sgtune/sgtune/search"
+	"github.com/sgtune/sgtune/search/sampler"
+	"github.com/sgtune/sgtune/space"
+)
+
+// baseline runs a sampler as the peer tools run theirs: a plain
+// propose-launch-tell loop over the space (auto-tuning-vllm's Optuna TPE,
+// vLLM auto_tune's grid, a random search). Proposals the engine's static
+// rules reject are skipped without a launch (any user runs `sgtune check`
+// first) and a config already measured is not launched again; there are no
+// crash regions, no learned feasibility, no pruning and no confirmation.
+// A launch that fails is told to the sampler as a score of 0.
+func (c *comparison) baseline(ctx context.Context, m method, seed int, index map[string]int, best float64) (searchRun, error) {
+	ls := c.Landscape
+	run := searchRun{Method: m.Name, Seed: seed, TrialsTo97: c.Budget + 1, FoundTo97: c.Budget + 1}
+	st := c.Study
+	var opts []sampler.Option
+	if m.Sampler == "grid" {
+		points, err := search.GridPoints(st)
+		if err != nil {
+			return run, err
+		}
+		opts = append(opts, sampler.WithGridPoints(points))
+	}
+	smp, err := sampler.New(m.Sampler, int64(seed), opts...)
+	if err != nil {
+		return run, err
+	}
+	study, err := goptuna.CreateStudy(fmt.Sprintf("%s-%d", m.Name, seed), goptuna.StudyOptionStorage(goptuna.NewInMemoryStorage()),
+		goptuna.StudyOptionSampler(smp), goptuna.StudyOptionDirection(goptuna.StudyDirectionMaximize), goptuna.StudyOptionLogger(nil))
+	if err != nil {
+		return run, err
+	}
+	rng := rand.New(rand.NewPCG(uint64(seed), hashString(m.Name)))
+	b := &virtualBackend{profile: c.Profile, noiseCV: c.NoiseCV, command: len(st.Engine.Command),
+		draws: func() (uint64, uint64) { return rng.Uint64(), rng.Uint64() }}
+	seen := map[string]bool{}
+	winner, winnerScore := -1, 0.0
+	for proposals := 0; len(run.Regret) < c.Budget; proposals++ {
+		if proposals > 200*c.Budget {
+			break // the sampler keeps proposing what it measured: it is done
+		}
+		id, err := study.Storage.CreateNewTrial(study.ID)
+		if err != nil {
+			return run, err
+		}
+		trial := goptuna.Trial{Study: study, ID: id}
+		p, err := st.Suggest(&trial)
+		if err != nil {
+			if m.Sampler == "grid" {
+				break // the grid is exhausted
+			}
+			return run, fmt.Errorf("%s seed %d: %w", m.Name, seed, err)
+		}
+		tell := func(v float64) error {
+			if err := study.Storage.SetTrialValue(id, v); err != nil {
+				return err
+			}
+			return study.Storage.SetTrialState(id, goptuna.TrialStateComplete)
+		}
+		run.Stored++
+		cfg, err := st.Resolve(p, nil)
+		if err != nil || len(st.Check(cfg)) > 0 {
+			if err := tell(0); err != nil {
+				return run, err
+			}
+			continue
+		}
+		key := strings.Join(cfg.Flags, " ")
+		if seen[key] {
+			if err := tell(0); err != nil {
+				return run, err
+			}
+			continue
+		}
+		seen[key] = true
+		idx, ok := index[key]
+		if !ok {
+			return run, fmt.Errorf("%s seed %d: %s is not in the landscape", m.Name, seed, cfg.Params)
+		}
+		o, err := c.launchOnce(ctx, b, st, cfg)
+		if err != nil {
+			return run, err
+		}
+		if err := tell(o.Value()); err != nil {
+			return run, err
+		}
+		if crashClasses[o.Class] {
+			run.CrashLaunches++
+		}
+		if ls.Configs[idx].Mean >= 0.97*best && run.FoundTo97 > c.Budget {
+			run.FoundTo97 = len(run.Regret) + 1
+		}
+		if v := o.Value(); v > winnerScore {
+			winner, winnerScore = idx, v
+		}
+		truth := 0.0
+		if winner >= 0 {
+			truth = ls.Configs[winner].Mean
+		}
+		run.Regret = append(run.Regret, 1-truth/best)
+		if truth >= 0.97*best && run.TrialsTo97 > c.Budget {
+			run.TrialsTo97 = len(run.Regret)
+		}
+	}
+	for len(run.Regret) < c.Budget {
+		last := 1.0
+		if n := len(run.Regret); n > 0 {
+			last = run.Regret[n-1]
+		}
+		run.Regret = append(run.Regret, last)
+	}
+	return run, nil
+}
+
+// launchOnce launches one config through the backend and decides its
+// outcome as the study loop would.
+func (c *comparison) launchOnce(ctx context.Context, b *virtualBackend, st *space.Study, cfg *space.Config) (search.Outcome, error) {
+	srv, err := b.Start(ctx, launcher.Spec{Argv: st.Argv(cfg)})
+	if err != nil {
+		if ctx.Err() != nil {
+			return search.Outcome{}, ctx.Err()
+		}
+		return search.Decide(st, err, engine.Facts{}, nil, nil, nil), nil
+	}
+	res, merr := srv.Measure(ctx, st.Workload, objective.Options{})
+	if ctx.Err() != nil {
+		return search.Outcome{}, ctx.Err()
+	}
+	crash, err := srv.Stop(ctx)
+	if err != nil {
+		return search.Outcome{}, err
+	}
+	return search.Decide(st, nil, srv.Facts(), res, merr, crash), nil
+}

@@ -1,0 +1,69 @@
+package search
+
+import (
+	"math"
+	"testing"
+)
+
+// A config measured once far above its family is the luckiest draw, not
+// the best config: the estimate shrinks it toward what its family
+// measured, and the leader is the config whose family agrees.
+func TestEstimatesShrinkALuckyRun(t *testing.T) {
+	st, _, _ := openFake(t, "- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}",
+		"- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}\n  - {name: radix, type: bool, values: {false: --disable-radix-cache}}")
+	n := 0
+	rec := func(ep string, radix bool, slots int, score float64) Record {
+		n++
+		s := score
+		return Record{Number: n, State: StateComplete, ScoreOK: true, Score: &s, ConfigKey: string(rune('a' + n)),
+			Params: map[string]any{"ep": ep, "radix": radix, "slots": slots}}
+	}
+	// ep=4 with radix off measures about 1000 in every config; with radix
+	// on about 950, one run of which read 1150.
+	recs := []Record{
+		rec("4", false, 64, 1010), rec("4", false, 128, 990), rec("4", false, 192, 1005), rec("4", false, 256, 995),
+		rec("4", true, 64, 950), rec("4", true, 128, 940), rec("4", true, 192, 1150), rec("4", true, 256, 955),
+		rec("1", true, 64, 400), // not a contender
+	}
+	ests, lead := Estimates(st, recs)
+	if len(ests) != len(recs) {
+		t.Fatalf("%d estimates for %d configs", len(ests), len(recs))
+	}
+	lucky := ests[recs[6].ConfigKey]
+	if !(lucky.Score < 1150 && lucky.Score > 950) || math.Abs(lucky.Measured-1150) > 1e-6 || lucky.Runs != 1 {
+		t.Errorf("lucky run: estimate %.1f (measured %.1f, %d runs), want between its family's 950 and its 1150", lucky.Score, lucky.Measured, lucky.Runs)
+	}
+	if ests[lead].Number > 4 {
+		t.Errorf("leader: trial %d (estimate %.1f), want one of the radix-off family (trials 1-4)", ests[lead].Number, ests[lead].Score)
+	}
+	if e := ests[recs[8].ConfigKey]; math.Abs(e.Score-400) > 1e-9 {
+		t.Errorf("a config far below the contenders keeps its measurement: %.1f, want 400", e.Score)
+	}
+	if l, ok := Leader(st, recs); !ok || l.Number != ests[lead].Number {
+		t.Errorf("Leader: trial %d %v, want %d", l.Number, ok, ests[lead].Number)
+	}
+}
+
+// Runs of one config pool (geometric mean) before the estimate; with fewer
+// than three contenders the measurements stand.
+func TestEstimatesPoolRuns(t *testing.T) {
+	st, _, _ := openFake(t)
+	score := func(v float64) *float64 { return &v }
+	recs := []Record{
+		{Number: 0, State: StateComplete, ScoreOK: true, Score: score(100), ConfigKey: "a", Params: map[string]any{"ep": "1", "slots": 64}},
+		{Number: 1, State: StateComplete, ScoreOK: true, Score: score(400), ConfigKey: "a", Params: map[string]any{"ep": "1", "slots": 64}},
+		{Number: 2, State: StateComplete, ScoreOK: true, Score: score(150), ConfigKey: "b", Params: map[string]any{"ep": "4", "slots": 64}},
+		{Number: 3, State: StateFailed, ConfigKey: "c", Params: map[string]any{"ep": "4", "slots": 128}},
+		{Number: 4, State: StateComplete, ScoreOK: false, Score: score(900), ConfigKey: "d", Params: map[string]any{"ep": "4", "slots": 192}},
+	}
+	ests, lead := Estimates(st, recs)
+	if len(ests) != 2 || lead != "a" {
+		t.Fatalf("estimates %v, leader %q: want a and b, a leading", ests, lead)
+	}
+	if a := ests["a"]; math.Abs(a.Score-200) > 1e-9 || a.Runs != 2 || a.Number != 0 {
+		t.Errorf("a: %+v, want the geometric mean 200 of 2 runs, first trial 0", a)
+	}
+	if _, ok := Leader(st, nil); ok {
+		t.Error("Leader of no trials: ok")
+	}
+}
