@@ -101,28 +101,12 @@ func (c *comparison) baseline(ctx context.Context, m method, seed int, index map
 		if crashClasses[o.Class] {
 			run.CrashLaunches++
 		}
-		if ls.Configs[idx].Mean >= 0.97*best && run.FoundTo97 > c.Budget {
-			run.FoundTo97 = len(run.Regret) + 1
-		}
 		if v := o.Value(); v > winnerScore {
 			winner, winnerScore = idx, v
 		}
-		truth := 0.0
-		if winner >= 0 {
-			truth = ls.Configs[winner].Mean
-		}
-		run.Regret = append(run.Regret, 1-truth/best)
-		if truth >= 0.97*best && run.TrialsTo97 > c.Budget {
-			run.TrialsTo97 = len(run.Regret)
-		}
+		run.launch(ls, idx, winner, best, c.Budget)
 	}
-	for len(run.Regret) < c.Budget {
-		last := 1.0
-		if n := len(run.Regret); n > 0 {
-			last = run.Regret[n-1]
-		}
-		run.Regret = append(run.Regret, last)
-	}
+	run.pad(c.Budget)
 	return run, nil
 }
 

@@ -207,9 +207,6 @@ func (c *comparison) search(ctx context.Context, m method, seed int, index map[s
 		if rec.State == search.StatePruned {
 			run.Pruned++
 		}
-		if ls.Configs[idx].Mean >= 0.97*best && run.FoundTo97 > c.Budget {
-			run.FoundTo97 = len(run.Regret) + 1
-		}
 		// The winner the study would declare now: its leader (the best
 		// estimate), the config it would confirm first.
 		if lead, ok := search.Leader(&st, sum.Records[:i+1]); ok {
@@ -217,24 +214,38 @@ func (c *comparison) search(ctx context.Context, m method, seed int, index map[s
 				winner = idx
 			}
 		}
-		truth := 0.0
-		if winner >= 0 {
-			truth = ls.Configs[winner].Mean
-		}
-		run.Regret = append(run.Regret, 1-truth/best)
-		if truth >= 0.97*best && run.TrialsTo97 > c.Budget {
-			run.TrialsTo97 = len(run.Regret)
-		}
+		run.launch(ls, idx, winner, best, c.Budget)
 	}
-	// A study that stopped early (its space exhausted) keeps its winner.
-	for len(run.Regret) < c.Budget {
-		last := 1.0
-		if n := len(run.Regret); n > 0 {
-			last = run.Regret[n-1]
-		}
-		run.Regret = append(run.Regret, last)
-	}
+	run.pad(c.Budget)
 	return run, nil
+}
+
+// launch scores one launch of the config at idx, after which the search
+// would declare the config at winner (-1: none yet).
+func (r *searchRun) launch(ls *Landscape, idx, winner int, best float64, budget int) {
+	if ls.Configs[idx].Mean >= 0.97*best && r.FoundTo97 > budget {
+		r.FoundTo97 = len(r.Regret) + 1
+	}
+	truth := 0.0
+	if winner >= 0 {
+		truth = ls.Configs[winner].Mean
+	}
+	r.Regret = append(r.Regret, 1-truth/best)
+	if truth >= 0.97*best && r.TrialsTo97 > budget {
+		r.TrialsTo97 = len(r.Regret)
+	}
+}
+
+// pad extends the regret curve of a search that stopped early (its space
+// exhausted) to the budget: it keeps its winner.
+func (r *searchRun) pad(budget int) {
+	for len(r.Regret) < budget {
+		last := 1.0
+		if n := len(r.Regret); n > 0 {
+			last = r.Regret[n-1]
+		}
+		r.Regret = append(r.Regret, last)
+	}
 }
 
 // trace prints a search's trials, one line each, in one write.
