@@ -15,15 +15,17 @@ import (
 // success. Continuous and fine-grained params (more than maxRegionValues
 // values, e.g. a memory fraction) never define a region.
 //
-// Regions explain failures, each failure one region, and the study rules
-// out as little of the space as explains them all: regions are taken
-// greedily by the share of the space they rule out per failure they
-// explain (the greedy weighted set cover), so two crashes with ep=1 and
-// radix off make that pair a region (a quarter of the space for two
-// failures) rather than adding them to a third failure with CUDA graphs on
-// to rule out CUDA graphs (half the space for three). Without that, the
-// failures of two causes would establish a third that merely shares their
-// values, and the study would stop launching where its best config lies.
+// Regions explain failures, each failure one region: candidates are taken
+// greedily by how many failures no region taken before explains, a single
+// value before a pair at equal count, then the values that fail most
+// often. A single value is a candidate only when its failures differ in
+// every other region param; else a pair explains them as well, and the
+// single value would rule out configs nothing has shown to fail (three
+// crashes without the radix cache, all with ep=1, do not rule out radix
+// off with ep=4). Without explaining each failure once, the failures of
+// two causes establish a third region that merely shares their values, and
+// the study stops launching where its best config lies (seen in
+// bench-search).
 const (
 	minPairCrashes   = 2
 	minSingleCrashes = 3
@@ -40,10 +42,7 @@ type literal struct {
 type region struct {
 	lits   []literal
 	failed []Record
-	// share is the fraction of the space the region rules out (the
-	// product of 1/values over its params).
-	share float64
-	// plausibility orders regions of equal cost: the summed failure rate
+	// plausibility orders regions of equal support: the summed failure rate
 	// of the launched configs sharing each of its values.
 	plausibility float64
 }
@@ -62,12 +61,17 @@ func crashRegion(st *space.Study, recs []Record, p space.Params) string {
 // crashRegions returns the regions the study's failures establish, best
 // supported first, each failure explained by one region only.
 func crashRegions(st *space.Study, recs []Record) []region {
+	return cover(regionCandidates(st, recs))
+}
+
+// regionCandidates returns the single values (whose failures differ in
+// every other param, see diverse) and pairs of values of failed configs
+// that no success shares.
+func regionCandidates(st *space.Study, recs []Record) []region {
 	var names []string
-	values := map[string]int{}
 	for _, par := range st.Params {
 		if regionParam(par) {
 			names = append(names, par.Name)
-			values[par.Name] = regionValues(par)
 		}
 	}
 	var launched []Record
@@ -77,24 +81,7 @@ func crashRegions(st *space.Study, recs []Record) []region {
 			launched = append(launched, rec)
 		}
 	}
-	// failRate[literal] is the failure rate of the launched configs with it.
-	failRate := map[literal]float64{}
-	count := map[literal][2]int{} // failed, launched
-	for _, rec := range launched {
-		for _, l := range literalsOf(rec.Params, names) {
-			c := count[l]
-			if rec.State == StateFailed {
-				c[0]++
-			}
-			c[1]++
-			count[l] = c
-		}
-	}
-	for l, c := range count {
-		failRate[l] = float64(c[0]) / float64(c[1])
-	}
-	// Candidates: the single values and pairs of values of failed configs
-	// that no success shares.
+	failRate := failureRates(launched, names)
 	seen := map[string]bool{}
 	var cands []region
 	add := func(ls []literal) {
@@ -103,7 +90,7 @@ func crashRegions(st *space.Study, recs []Record) []region {
 			return
 		}
 		seen[key] = true
-		r := region{lits: ls, share: 1}
+		r := region{lits: ls}
 		for _, rec := range launched {
 			if !matches(rec.Params, ls) {
 				continue
@@ -115,7 +102,6 @@ func crashRegions(st *space.Study, recs []Record) []region {
 		}
 		for _, l := range ls {
 			r.plausibility += failRate[l]
-			r.share /= float64(values[l.name])
 		}
 		if len(ls) == 1 && !diverse(r.failed, ls[0].name, names) {
 			return
@@ -134,6 +120,34 @@ func crashRegions(st *space.Study, recs []Record) []region {
 			}
 		}
 	}
+	return cands
+}
+
+// failureRates returns, for each value of the named params, the failure
+// rate of the launched configs with it.
+func failureRates(launched []Record, names []string) map[literal]float64 {
+	count := map[literal][2]int{} // failed, launched
+	for _, rec := range launched {
+		for _, l := range literalsOf(rec.Params, names) {
+			c := count[l]
+			if rec.State == StateFailed {
+				c[0]++
+			}
+			c[1]++
+			count[l] = c
+		}
+	}
+	out := make(map[literal]float64, len(count))
+	for l, c := range count {
+		out[l] = float64(c[0]) / float64(c[1])
+	}
+	return out
+}
+
+// cover takes candidate regions greedily (see better) while one explains
+// enough failures no region taken before explains: minSingleCrashes for a
+// single value, minPairCrashes for a pair.
+func cover(cands []region) []region {
 	explained := map[int]bool{}
 	support := func(r region) int {
 		n := 0
@@ -255,17 +269,6 @@ func regionParam(par space.Param) bool {
 		return par.Step > 0 && (par.High-par.Low)/par.Step+1 <= maxRegionValues
 	}
 	return false
-}
-
-// regionValues is how many values a region param takes.
-func regionValues(par space.Param) int {
-	switch par.Type {
-	case "bool":
-		return 2
-	case "int":
-		return int((par.High-par.Low)/par.Step) + 1
-	}
-	return len(par.Choices)
 }
 
 func matches(params map[string]any, ls []literal) bool {

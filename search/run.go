@@ -5,6 +5,7 @@
 package search
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
@@ -125,108 +126,22 @@ type runner struct {
 // passes, or ctx is cancelled (first Ctrl-C: the running trial is ended
 // cleanly and queued again for the next run).
 func Run(ctx context.Context, opt Options) (Summary, error) {
-	st := opt.Study
-	if opt.Getenv == nil {
-		opt.Getenv = os.Getenv
-	}
-	r := &runner{opt: opt, st: st, store: opt.Store, backend: opt.Backend, learned: newPredictor()}
-	r.sum.Study = st.Name
-	r.host = hostname()
-	r.owner = fmt.Sprintf("%s:%d", r.host, os.Getpid())
-	if opt.Name != "" {
-		r.owner += "#" + opt.Name
-	}
-
-	pre := opt.Preflight
-	if pre == nil {
-		p := Check(st, opt.Getenv)
-		pre = &p
-	}
-	if err := pre.Err(); err != nil {
-		return r.sum, err
-	}
-	r.apiKey, r.spaceSize = pre.APIKey, pre.SpaceSize
-	if st.Slurmed() && opt.LogDir != "" {
-		// Jobs on other hosts write beside the log, and a worker taking a
-		// trial over finds its files by the stored path: make it absolute.
-		abs, err := filepath.Abs(opt.LogDir)
-		if err != nil {
-			return r.sum, fmt.Errorf("log dir: %w", err)
-		}
-		r.opt.LogDir = abs
-	}
-	// Token counts are checked against the engine's own counter when its
-	// /metrics is on (skipped, and said so, when it is not).
-	target := objective.Target{Model: st.ServedName(), APIKey: r.apiKey, TokenCounter: st.Engine.Kind.Metrics.GenerationTokens}
-	if r.backend == nil && !st.Slurmed() {
-		r.backend = Processes{Target: target}
-	}
-
-	r.budget = opt.Trials
-	if r.budget <= 0 {
-		r.budget = st.Budget.Trials
-	}
-	if r.budget <= 0 {
-		r.budget = 20
-	}
-	timeout := opt.Timeout
-	if timeout <= 0 {
-		timeout = st.Budget.Timeout
-	}
-	if timeout > 0 {
-		r.deadline = time.Now().Add(timeout)
-	}
-	groups := st.GPUGroups
-	if len(groups) == 0 {
-		groups = [][]int{nil}
-	}
-	parallel := opt.Parallel
-	if parallel <= 0 {
-		parallel = st.Budget.Parallel
-	}
-	if parallel <= 0 {
-		parallel = 1
-	}
-	switch {
-	case st.Slurmed():
-		// Slurm places each trial: no local GPU groups, parallel is the
-		// number of trials this process keeps in flight.
-		groups = make([][]int, parallel)
-	case parallel > len(groups):
-		return r.sum, errext.Bad(fmt.Errorf("--parallel %d exceeds the %d GPU group(s) of the study", parallel, len(groups)))
-	}
-
-	smp, gridSize, err := newSampler(st, r.repeated, r.neighbour)
-	r.gridSize = gridSize
+	r, target, err := newRunner(opt)
 	if err != nil {
-		return r.sum, errext.Bad(fmt.Errorf("%s: budget.sampler: %w", st.Path, err))
+		return r.sum, err
 	}
-	// LoadOrCreateStudy creates the study and its direction in one
-	// transaction, so a second process never reads a half-made study.
-	r.study, err = r.store.LoadOrCreateStudy(st.Name, goptuna.StudyDirectionMaximize,
-		goptuna.StudyOptionStorage(r.store),
-		goptuna.StudyOptionSampler(smp),
-		goptuna.StudyOptionLogger(nil),
-	)
+	groups, err := r.slots()
 	if err != nil {
-		return r.sum, fmt.Errorf("open study %q: %w", st.Name, err)
-	}
-	if r.uid, err = r.studyUID(); err != nil {
 		return r.sum, err
 	}
-	if err := r.describeStudy(); err != nil {
+	if err := r.open(ctx, target); err != nil {
 		return r.sum, err
-	}
-	if r.backend == nil {
-		if r.backend, err = r.slurmBackend(ctx, target); err != nil {
-			return r.sum, err
-		}
 	}
 	if err := r.resume(); err != nil {
 		return r.sum, err
 	}
-	for _, g := range groups[:parallel] {
-		if st.Slurmed() {
+	for _, g := range groups {
+		if r.st.Slurmed() {
 			break // the GPUs are Slurm's, on other hosts
 		}
 		if err := launcher.CheckGPUsFree(ctx, g); err != nil {
@@ -238,26 +153,132 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		return r.sum, err
 	}
 	r.emit(Event{Kind: EventStudy, Trial: -1, Text: fmt.Sprintf("study %s: %d of %d trials launched so far, %d to retry; %d worker(s)",
-		st.Name, r.launched, r.budget, waiting, parallel)})
+		r.st.Name, r.launched, r.budget, waiting, len(groups))})
 
+	err = r.workers(ctx, groups)
+	// The winner is declared once the search is over: its budget spent or
+	// its space exhausted, not cut short by Ctrl-C, an error or the timeout.
+	if err == nil && ctx.Err() == nil && !r.timedOut() && r.st.Budget.Confirm > 0 {
+		err = r.confirm(ctx, groups)
+	}
+	return r.summarize(ctx, err)
+}
+
+// newRunner sets a run up from its options: the owner name, the study's
+// preflight, the log directory, the backend, the budget and the deadline.
+// It returns the target the load generator measures.
+func newRunner(opt Options) (*runner, objective.Target, error) {
+	st := opt.Study
+	if opt.Getenv == nil {
+		opt.Getenv = os.Getenv
+	}
+	r := &runner{opt: opt, st: st, store: opt.Store, backend: opt.Backend, learned: newPredictor()}
+	r.sum.Study = st.Name
+	r.host = hostname()
+	r.owner = fmt.Sprintf("%s:%d", r.host, os.Getpid())
+	if opt.Name != "" {
+		r.owner += "#" + opt.Name
+	}
+	pre := opt.Preflight
+	if pre == nil {
+		p := Check(st, opt.Getenv)
+		pre = &p
+	}
+	if err := pre.Err(); err != nil {
+		return r, objective.Target{}, err
+	}
+	r.apiKey, r.spaceSize = pre.APIKey, pre.SpaceSize
+	if st.Slurmed() && opt.LogDir != "" {
+		// Jobs on other hosts write beside the log, and a worker taking a
+		// trial over finds its files by the stored path: make it absolute.
+		abs, err := filepath.Abs(opt.LogDir)
+		if err != nil {
+			return r, objective.Target{}, fmt.Errorf("log dir: %w", err)
+		}
+		r.opt.LogDir = abs
+	}
+	// Token counts are checked against the engine's own counter when its
+	// /metrics is on (skipped, and said so, when it is not).
+	target := objective.Target{Model: st.ServedName(), APIKey: r.apiKey, TokenCounter: st.Engine.Kind.Metrics.GenerationTokens}
+	if r.backend == nil && !st.Slurmed() {
+		r.backend = Processes{Target: target}
+	}
+	r.budget = cmp.Or(max(opt.Trials, 0), max(st.Budget.Trials, 0), 20)
+	if timeout := cmp.Or(max(opt.Timeout, 0), st.Budget.Timeout); timeout > 0 {
+		r.deadline = time.Now().Add(timeout)
+	}
+	return r, target, nil
+}
+
+// slots returns the GPU groups the run's workers use, one each: the
+// study's groups, or with Slurm as many empty ones as trials in flight.
+func (r *runner) slots() ([][]int, error) {
+	groups := r.st.GPUGroups
+	if len(groups) == 0 {
+		groups = [][]int{nil}
+	}
+	parallel := cmp.Or(max(r.opt.Parallel, 0), max(r.st.Budget.Parallel, 0), 1)
+	switch {
+	case r.st.Slurmed():
+		// Slurm places each trial: no local GPU groups, parallel is the
+		// number of trials this process keeps in flight.
+		return make([][]int, parallel), nil
+	case parallel > len(groups):
+		return nil, errext.Bad(fmt.Errorf("--parallel %d exceeds the %d GPU group(s) of the study", parallel, len(groups)))
+	}
+	return groups[:parallel], nil
+}
+
+// open builds the sampler, loads or creates the stored study, records what
+// it is and, with Slurm, connects the backend.
+func (r *runner) open(ctx context.Context, target objective.Target) error {
+	smp, gridSize, err := newSampler(r.st, r.repeated, r.neighbour)
+	r.gridSize = gridSize
+	if err != nil {
+		return errext.Bad(fmt.Errorf("%s: budget.sampler: %w", r.st.Path, err))
+	}
+	// LoadOrCreateStudy creates the study and its direction in one
+	// transaction, so a second process never reads a half-made study.
+	r.study, err = r.store.LoadOrCreateStudy(r.st.Name, goptuna.StudyDirectionMaximize,
+		goptuna.StudyOptionStorage(r.store),
+		goptuna.StudyOptionSampler(smp),
+		goptuna.StudyOptionLogger(nil),
+	)
+	if err != nil {
+		return fmt.Errorf("open study %q: %w", r.st.Name, err)
+	}
+	if r.uid, err = r.studyUID(); err != nil {
+		return err
+	}
+	if err := r.describeStudy(); err != nil {
+		return err
+	}
+	if r.backend == nil {
+		if r.backend, err = r.slurmBackend(ctx, target); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// workers runs one worker per GPU group until the study is done.
+func (r *runner) workers(ctx context.Context, groups [][]int) error {
 	var wg sync.WaitGroup
-	errs := make([]error, parallel)
-	for w := range parallel {
+	errs := make([]error, len(groups))
+	for w, g := range groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[w] = r.worker(ctx, groups[w])
+			errs[w] = r.worker(ctx, g)
 		}()
 	}
 	wg.Wait()
-	err = errors.Join(errs...)
-	// The winner is declared once the search is over: its budget spent or
-	// its space exhausted, not cut short by Ctrl-C, an error or the timeout.
-	if err == nil && ctx.Err() == nil && !r.timedOut() && st.Budget.Confirm > 0 {
-		err = r.confirm(ctx, groups[:parallel])
-	}
+	return errors.Join(errs...)
+}
 
-	recs, rerr := Records(r.store, st.Name)
+// summarize reads the study's trials and winner into the run's summary.
+func (r *runner) summarize(ctx context.Context, err error) (Summary, error) {
+	recs, rerr := Records(r.store, r.st.Name)
 	if rerr != nil {
 		return r.sum, errors.Join(err, rerr)
 	}
@@ -265,7 +286,7 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	if b, ok := Best(recs); ok {
 		r.sum.Best = &b
 	}
-	if w, ok, werr := ReadWinner(r.store, st.Name); werr != nil {
+	if w, ok, werr := ReadWinner(r.store, r.st.Name); werr != nil {
 		err = errors.Join(err, werr)
 	} else if ok {
 		r.sum.Winner = &w
