@@ -3,30 +3,37 @@ package report
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/sgtune/sgtune/objective"
 )
 
 // Plateau says whether the declared winner is on the measured plateau: its
-// score lies within the measured spread of the best score any trial of the
-// study reached. Scores a config gets from run to run differ by the noise of
-// the machine; a winner below the best single score by less than that noise
-// is as good as the best, one below by more was declared against the
-// evidence.
+// score lies within the measured spread of the best score the study saw.
+// Scores a config gets from run to run differ by the noise of the machine;
+// a winner below the best by less than that noise is as good as the best,
+// one below by more was declared against the evidence. A config measured
+// more than once (confirmed) counts with its pooled score on both sides:
+// its luckiest run alone is no better evidence than its unluckiest.
 type Plateau struct {
 	// Winner is the declared winner; WinnerScore its score pooled over its
-	// confirmation runs when it was confirmed, else its own.
+	// confirmation runs when it was confirmed, else its own, and WinnerRuns
+	// how many runs that pools.
 	Winner      int     `json:"winner"`
 	WinnerScore float64 `json:"winner_score"`
-	// Best is the trial with the highest score that met the SLO and gates
-	// (confirmation runs included); BestScore that score.
+	WinnerRuns  int     `json:"winner_runs"`
+	// Best is the trial of the search (not a confirmation run) whose
+	// config scored highest, having met the SLO and gates: pooled over its
+	// runs when confirmed, else its own score; BestScore that score and
+	// BestRuns how many runs it pools (1 when not confirmed).
 	Best      int     `json:"best"`
 	BestScore float64 `json:"best_score"`
+	BestRuns  int     `json:"best_runs"`
 	// Gap is BestScore - WinnerScore.
 	Gap float64 `json:"gap"`
-	// Spread is the measured noise the gap is judged against: the larger
+	// Spread is the measured noise the gap is judged against: the largest
 	// of the best trial's repeat range at the scored level (max - min of
-	// its repeats' output tok/s) and the winner's confirmation spread.
+	// its repeats' output tok/s), its confirmation spread and the winner's.
 	Spread float64 `json:"spread"`
 	// SpreadFrom says which measurement gave Spread.
 	SpreadFrom string `json:"spread_from"`
@@ -40,37 +47,51 @@ func PlateauOf(st Study) (p Plateau, ok bool) {
 	if st.Best == nil || st.Best.Score == nil {
 		return Plateau{}, false
 	}
-	p.Winner, p.WinnerScore = st.Best.Number, *st.Best.Score
-	confSpread := -1.0
+	confirmed := map[int]Confirmation{}
 	for _, c := range st.Confirmations {
-		if c.Trial == p.Winner {
-			p.WinnerScore, confSpread = c.Pooled, c.Spread
-		}
+		confirmed[c.Trial] = c
 	}
-	var best *Trial
+	score := func(t *Trial) (float64, int) {
+		if c, ok := confirmed[t.Number]; ok {
+			return c.Pooled, len(c.Scores)
+		}
+		return *t.Score, 1
+	}
+	p.Winner = st.Best.Number
+	p.WinnerScore, p.WinnerRuns = score(st.Best)
+	best := st.Best // the winner's own record met the SLO, whatever else did
+	p.BestScore, p.BestRuns = score(best)
 	for i := range st.Trials {
 		t := &st.Trials[i]
-		if t.State != "complete" || !t.ScoreOK || t.Score == nil {
+		if t.State != "complete" || !t.ScoreOK || t.Score == nil || t.ConfirmOf != nil {
 			continue
 		}
-		if best == nil || *t.Score > *best.Score {
-			best = t
+		if s, n := score(t); s > p.BestScore {
+			best, p.BestScore, p.BestRuns = t, s, n
 		}
 	}
-	if best == nil {
-		// The winner's own record says it met the SLO; nothing else did.
-		best = st.Best
-	}
-	p.Best, p.BestScore = best.Number, *best.Score
+	p.Best = best.Number
 	p.Gap = math.Max(p.BestScore-p.WinnerScore, 0)
-	lo, hi, n, conc := repeatRange(best.Points, st.ScoreConcurrency)
-	if n > 0 {
-		p.Spread = hi - lo
-		p.SpreadFrom = fmt.Sprintf("trial %d's %d repeats at c=%d: %s to %s output tok/s", best.Number, n, conc, formatScore(lo), formatScore(hi))
+	p.Spread = -1
+	widen := func(spread float64, from string) {
+		if spread > p.Spread {
+			p.Spread, p.SpreadFrom = spread, from
+		}
 	}
-	if confSpread > p.Spread || p.SpreadFrom == "" {
-		p.Spread = math.Max(confSpread, 0)
-		p.SpreadFrom = fmt.Sprintf("the winner's confirmation runs, pooled %s", formatScore(p.WinnerScore))
+	if lo, hi, n, conc := repeatRange(best.Points, st.ScoreConcurrency); n > 0 {
+		widen(hi-lo, fmt.Sprintf("trial %d's %d repeats at c=%d: %s to %s output tok/s", best.Number, n, conc, formatScore(lo), formatScore(hi)))
+	}
+	runs := func(who string, c Confirmation) string {
+		return fmt.Sprintf("%s %d runs: %s to %s", who, len(c.Scores), formatScore(slices.Min(c.Scores)), formatScore(slices.Max(c.Scores)))
+	}
+	if c, ok := confirmed[best.Number]; ok && best.Number != p.Winner && len(c.Scores) > 0 {
+		widen(c.Spread, runs(fmt.Sprintf("trial %d's", best.Number), c))
+	}
+	if c, ok := confirmed[p.Winner]; ok && len(c.Scores) > 0 {
+		widen(c.Spread, runs("the winner's", c))
+	}
+	if p.Spread < 0 {
+		p.Spread, p.SpreadFrom = 0, "no repeated measurement"
 	}
 	p.On = p.Gap <= p.Spread+1e-9
 	return p, true
@@ -103,10 +124,17 @@ func (p Plateau) Text() string {
 	if !p.On {
 		verdict, rel = "Not on the measured plateau", "more than"
 	}
-	best := fmt.Sprintf("the best score the study saw (trial %d, %s)", p.Best, formatScore(p.BestScore))
-	if p.Best == p.Winner {
-		best = fmt.Sprintf("its own score %s, the best the study saw", formatScore(p.BestScore))
+	pooled := func(score float64, runs int) string {
+		if runs > 1 {
+			return fmt.Sprintf("pooled %s over %d runs", formatScore(score), runs)
+		}
+		return formatScore(score)
 	}
-	return fmt.Sprintf("%s: the winner, trial %d (%s), is %s below %s, %s the measured spread %s (from %s).",
-		verdict, p.Winner, formatScore(p.WinnerScore), formatScore(p.Gap), best, rel, formatScore(p.Spread), p.SpreadFrom)
+	winner, score := pooled(p.WinnerScore, p.WinnerRuns), pooled(p.BestScore, p.BestRuns)
+	if p.Best == p.Winner {
+		return fmt.Sprintf("%s: the winner, trial %d (%s), has the best score the study saw; the measured spread is %s (from %s).",
+			verdict, p.Winner, winner, formatScore(p.Spread), p.SpreadFrom)
+	}
+	return fmt.Sprintf("%s: the winner, trial %d (%s), is %s below the best score the study saw (trial %d, %s), %s the measured spread %s (from %s).",
+		verdict, p.Winner, winner, formatScore(p.Gap), p.Best, score, rel, formatScore(p.Spread), p.SpreadFrom)
 }

@@ -47,7 +47,7 @@ func TestPlateauOf(t *testing.T) {
 			ts := trials(130, reps(8, 128, 132))
 			return Study{Trials: ts, Best: &ts[0], ScoreConcurrency: 8,
 				Confirmations: []Confirmation{{Trial: 0, Scores: []float64{100, 140}, Pooled: 120, Spread: 40}}}
-		}(), true, true, 1, 10, 40, "from the winner's confirmation runs"},
+		}(), true, true, 1, 10, 40, "from the winner's 2 runs: 100 to 140"},
 		{"highest level when the score's is unknown", func() Study {
 			ts := trials(110, append(reps(1, 10, 90), reps(8, 109, 111)...))
 			return Study{Trials: ts, Best: &ts[0]}
@@ -55,7 +55,24 @@ func TestPlateauOf(t *testing.T) {
 		{"the winner is the best", func() Study {
 			ts := trials(110, reps(8, 100, 120))
 			return Study{Trials: ts, Best: &ts[1], ScoreConcurrency: 8}
-		}(), true, true, 1, 0, 20, "its own score 110, the best the study saw"},
+		}(), true, true, 1, 0, 20, "the winner, trial 1 (110), has the best score the study saw; the measured spread is 20"},
+		// The CI run this case is cut from declared trial 1 (pooled 262.1
+		// over 3 runs) and judged it against trial 17's single 319.0.
+		{"a confirmed config counts with its pooled score", func() Study {
+			ts := trials(140, reps(8, 138, 142))
+			one := 1
+			ts = append(ts, Trial{Number: 4, State: "complete", ScoreOK: true, Score: f(200), ConfirmOf: &one})
+			return Study{Trials: ts, Best: &ts[0], ScoreConcurrency: 8, Confirmations: []Confirmation{
+				{Trial: 0, Scores: []float64{100, 110, 120}, Pooled: 110, Spread: 20},
+				{Trial: 1, Scores: []float64{140, 100}, Pooled: 120, Spread: 40},
+			}}
+		}(), true, true, 1, 10, 40, "the winner, trial 0 (pooled 110 over 3 runs), is 10 below the best score the study saw (trial 1, pooled 120 over 2 runs), within the measured spread 40 (from trial 1's 2 runs: 100 to 140)."},
+		{"an unconfirmed single score above the pooled winner", func() Study {
+			ts := trials(140, reps(8, 138, 142))
+			return Study{Trials: ts, Best: &ts[0], ScoreConcurrency: 8, Confirmations: []Confirmation{
+				{Trial: 0, Scores: []float64{100, 110, 120}, Pooled: 110, Spread: 20},
+			}}
+		}(), true, false, 1, 30, 20, "is 30 below the best score the study saw (trial 1, 140), more than the measured spread 20"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,6 +27,9 @@ type Trial struct {
 	Start, End time.Time
 	// Launched says the trial started a server (it spent budget).
 	Launched bool
+	// ConfirmOf is the trial whose config this one measured again (a
+	// confirmation run), nil for a trial of the search.
+	ConfirmOf *int
 	// ExitCode of the engine when it died, LogExcerpt its decisive log
 	// lines and LogPath the full log, for failures.
 	ExitCode   *int
@@ -48,8 +51,9 @@ type Level struct {
 }
 
 // Confirmation is the rerun of one top config before the study declares
-// its winner: the scores of the reruns, the score pooled over the original
-// and the reruns, and the spread of those measurements (max - min). It is
+// its winner: the scores of every run of the config (the search's first,
+// then the reruns), the score pooled over them, and their spread
+// (max - min). It is
 // stored as JSON in the study user attribute sgtune.confirmation (a list).
 type Confirmation struct {
 	Trial  int       `json:"trial"`

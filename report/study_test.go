@@ -44,8 +44,8 @@ func fixture() Study {
 	return Study{Name: "glm", Storage: "glm.db", Trials: trials, Best: &best, Budget: 8,
 		Score: "output tok/s at c=64 with ttft p99 < 2s", ScoreConcurrency: 64,
 		Confirmations: []Confirmation{
-			{Trial: 5, Scores: []float64{1801, 1790}, Pooled: 1801, Spread: 30.4},
-			{Trial: 3, Scores: []float64{1840, 1851}, Pooled: 1851, Spread: 25.9},
+			{Trial: 5, Scores: []float64{1820.4, 1801, 1790}, Pooled: 1803.8, Spread: 30.4},
+			{Trial: 3, Scores: []float64{1865.9, 1840, 1851}, Pooled: 1852.3, Spread: 25.9},
 		},
 		Generated: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
 	}

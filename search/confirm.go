@@ -138,7 +138,10 @@ func runScore(rec Record) Measurement {
 // topConfigs are the n complete configs measured by the search (not by
 // confirmation runs) with the best estimates (see Estimates): a config
 // measured once, far above what similar configs measured, is less likely
-// its true score than one whose family agrees.
+// its true score than one whose family agrees. The config with the best
+// single measurement is always among them when n >= 2 (it takes the last
+// place if the estimates left it out): it heads the trial table, and only
+// measuring it again says whether it was luck.
 func topConfigs(st *space.Study, recs []Record, n int) []Record {
 	ests, _ := Estimates(st, recs)
 	est := func(r Record) float64 {
@@ -162,6 +165,13 @@ func topConfigs(st *space.Study, recs []Record, n int) []Record {
 		}
 		seen[rec.ConfigKey] = true
 		out = append(out, rec)
+	}
+	searched := slices.DeleteFunc(slices.Clone(recs), func(r Record) bool { return r.ConfirmOf != nil })
+	if b, ok := Best(searched); ok && n >= 2 && !seen[b.ConfigKey] {
+		if len(out) == n {
+			out = out[:n-1]
+		}
+		out = append(out, b)
 	}
 	return out
 }
@@ -330,21 +340,16 @@ func ReadWinner(st StudyStore, study string) (Winner, bool, error) {
 	return w, true, nil
 }
 
-// Declared returns the trial a study declares best: the confirmed winner
-// when the study declared one, else the best complete trial meeting the
+// Declared returns the trial a study declares best: the winner when the
+// study declared one (w not nil), else the best complete trial meeting the
 // SLO and gates (Best). ok is false when there is neither.
-func Declared(st StudyStore, study string, recs []Record) (Record, bool, error) {
-	w, ok, err := ReadWinner(st, study)
-	if err != nil {
-		return Record{}, false, err
-	}
-	if ok {
+func Declared(w *Winner, recs []Record) (Record, bool) {
+	if w != nil {
 		for _, r := range recs {
 			if r.Number == w.Trial {
-				return r, true, nil
+				return r, true
 			}
 		}
 	}
-	b, found := Best(recs)
-	return b, found, nil
+	return Best(recs)
 }

@@ -2,6 +2,7 @@ package search
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -65,5 +66,45 @@ func TestEstimatesPoolRuns(t *testing.T) {
 	}
 	if _, ok := Leader(st, nil); ok {
 		t.Error("Leader of no trials: ok")
+	}
+}
+
+// The configs to confirm are the best estimates, but the best single
+// measurement is always among them once two are confirmed: a lucky run is
+// settled by measuring it again, not by leaving it at the top of the table.
+func TestTopConfigsKeepTheBestMeasured(t *testing.T) {
+	st, _, _ := openFake(t, "- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}",
+		"- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}\n  - {name: radix, type: bool, values: {false: --disable-radix-cache}}")
+	n := 0
+	rec := func(radix bool, slots int, score float64) Record {
+		n++
+		s := score
+		return Record{Number: n, State: StateComplete, ScoreOK: true, Score: &s, ConfigKey: string(rune('a' + n)),
+			Params: map[string]any{"ep": "4", "radix": radix, "slots": slots}}
+	}
+	recs := []Record{
+		rec(false, 64, 1010), rec(false, 128, 990), rec(false, 192, 1005), rec(false, 256, 995),
+		rec(true, 64, 950), rec(true, 128, 940), rec(true, 192, 1150), rec(true, 256, 955),
+	}
+	numbers := func(rs []Record) []int {
+		var out []int
+		for _, r := range rs {
+			out = append(out, r.Number)
+		}
+		return out
+	}
+	if got := numbers(topConfigs(st, recs, 1)); len(got) != 1 || got[0] > 4 {
+		t.Errorf("top 1: trials %v, want the best estimate (one of trials 1-4)", got)
+	}
+	got := numbers(topConfigs(st, recs, 3))
+	if len(got) != 3 || !slices.Contains(got, 7) || got[0] > 4 || got[1] > 4 {
+		t.Errorf("top 3: trials %v, want the two best estimates (trials 1-4) and the lucky trial 7", got)
+	}
+	// A confirmation run is not a measurement of the search: it never takes
+	// the place.
+	conf := rec(true, 64, 2000)
+	conf.ConfigKey, conf.ConfirmOf = recs[4].ConfigKey, &recs[4].Number
+	if got := numbers(topConfigs(st, append(slices.Clone(recs), conf), 3)); !slices.Contains(got, 7) {
+		t.Errorf("with a confirmation run: trials %v, want trial 7 kept", got)
 	}
 }

@@ -113,3 +113,30 @@ func TestExportRejectsInvalidFlags(t *testing.T) {
 		}
 	}
 }
+
+// Once a study declared a winner on its confirmation runs, every command
+// that names the best trial names that one, not the trial with the best
+// single measurement (trial 0's 2000 here, which its rerun did not repeat).
+func TestCommandsFollowTheDeclaredWinner(t *testing.T) {
+	dir := t.TempDir()
+	win := `{"trial":1,"pooled":1850,"spread":100,"runs":[{"trial":1,"score":1800,"ok":true},{"trial":4,"score":1900,"ok":true}],"flags":2,
+		"candidates":[{"trial":1,"pooled":1850,"spread":100,"flags":2,"runs":[{"trial":1,"score":1800,"ok":true},{"trial":4,"score":1900,"ok":true}]},
+		{"trial":0,"pooled":1700,"spread":600,"flags":3,"runs":[{"trial":0,"score":2000,"ok":true},{"trial":3,"score":1400,"ok":true}]}],
+		"reason":"best pooled score 1850.0 over 2 runs"}`
+	db := seedStudy(t, dir, rankingTrials, map[string]string{storage.AttrWinner: win})
+	script := filepath.Join(dir, "best.sh")
+	if code, out := cli(t, nil, nil, "export", "--storage", db, "-o", script); code != 0 {
+		t.Fatalf("export: exit %d\n%s", code, out)
+	}
+	if body, err := os.ReadFile(script); err != nil || !strings.Contains(string(body), "#   trial:          1\n") {
+		t.Errorf("export wrote trial other than the winner 1 (%v):\n%s", err, body)
+	}
+	for _, tt := range []struct{ cmd, want string }{
+		{"best", "study rescore: best trial 1, score 1800.00\nconfirmed: pooled 1850.00 over 2 runs, spread 100.00: best pooled score 1850.0 over 2 runs\n"},
+		{"status", "best: trial 1 (confirmed: pooled 1850.00 over 2 runs, spread 100.00)\n"},
+	} {
+		if code, out := cli(t, nil, nil, tt.cmd, "--storage", db); code != 0 || !strings.Contains(out, tt.want) {
+			t.Errorf("%s: exit %d, output lacks %q:\n%s", tt.cmd, code, tt.want, out)
+		}
+	}
+}

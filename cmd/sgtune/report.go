@@ -60,10 +60,7 @@ scripts. Report reads the storage only.`,
 func (d *studyData) reportStudy(storagePath string) (report.Study, error) {
 	st := report.Study{Name: d.name, Storage: storagePath, Budget: d.budget(),
 		ScoreConcurrency: d.scoredConcurrency()}
-	var err error
-	if st.Confirmations, st.Verdict, err = d.confirmations(); err != nil {
-		return st, err
-	}
+	st.Confirmations, st.Verdict = d.confirmations()
 	if s, ok := d.scoreSpec(); ok {
 		st.Score = specText(s)
 		st.ScoreContext = s.Context
@@ -77,11 +74,7 @@ func (d *studyData) reportStudy(storagePath string) (report.Study, error) {
 		t.Points = points[r.ID]
 		st.Trials = append(st.Trials, t)
 	}
-	b, ok, err := d.best()
-	if err != nil {
-		return st, err
-	}
-	if ok {
+	if b, ok := d.best(); ok {
 		for i := range st.Trials {
 			if st.Trials[i].Number == b.Number {
 				bt := st.Trials[i]
@@ -97,7 +90,7 @@ func reportTrial(r search.Record) report.Trial {
 		Number: r.Number, State: r.State, Score: r.Score, ScoreOK: r.ScoreOK,
 		Class: r.FailureClass, Reason: r.Reason, Params: r.Params, Flags: r.Flags(), Seconds: r.DurationS,
 		Start: r.Start, ExitCode: r.ExitCode, LogExcerpt: r.LogExcerpt, LogPath: r.LogPath,
-		Levels: levels(r),
+		Levels: levels(r), ConfirmOf: r.ConfirmOf,
 		// A trial that has a log or startup facts started a server.
 		Launched: r.State != search.StateInterrupted && r.ConfirmOf == nil &&
 			(r.LogPath != "" || len(r.Facts) > 0 || r.State == search.StateComplete),

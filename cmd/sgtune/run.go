@@ -155,7 +155,11 @@ func (a *app) printSummary(st *space.Study, sum search.Summary, storagePath stri
 		return
 	}
 	b := sum.Best
-	fmt.Fprintf(a.stdout, "best: trial %d, score %.2f\n", b.Number, *b.Score)
+	if w := sum.Winner; w != nil {
+		fmt.Fprintf(a.stdout, "best: trial %d, confirmed: pooled %.2f over %d runs (spread %.2f)\n", b.Number, w.Pooled, len(w.Runs), w.Spread)
+	} else {
+		fmt.Fprintf(a.stdout, "best: trial %d, score %.2f\n", b.Number, *b.Score)
+	}
 	fmt.Fprintf(a.stdout, "  %s\n", strings.Join(b.Flags(), " "))
 	hint := "sgtune export"
 	if storagePath != "sgtune.db" {

@@ -32,24 +32,6 @@ func (sf *studyFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&sf.study, "study", "", "study name (default: the only study in the storage)")
 }
 
-// records opens the storage and reads the chosen study's trials.
-func (sf *studyFlags) records() (string, []search.Record, error) {
-	store, err := openExisting(sf.storage)
-	if err != nil {
-		return "", nil, err
-	}
-	defer store.Close()
-	name, err := pickStudy(store, sf.study)
-	if err != nil {
-		return "", nil, err
-	}
-	recs, err := search.Records(store, name)
-	if errors.Is(err, search.ErrNoStudy) {
-		return "", nil, badInput(err)
-	}
-	return name, recs, err
-}
-
 func pickStudy(store *storage.Store, want string) (string, error) {
 	sums, err := store.GetAllStudySummaries()
 	if err != nil {
@@ -85,18 +67,22 @@ func (a *app) bestCmd() *cobra.Command {
 		Short: "Show the best trial of a study: score, params and launch flags",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, recs, err := sf.records()
+			d, err := sf.open()
 			if err != nil {
 				return err
 			}
-			b, ok := search.Best(recs)
+			defer d.store.Close()
+			b, ok := d.best()
 			if !ok {
-				return fmt.Errorf("study %s has no complete trial that meets its SLO and gates yet (%d trials; see `sgtune status`)", name, len(recs))
+				return fmt.Errorf("study %s has no complete trial that meets its SLO and gates yet (%d trials; see `sgtune status`)", d.name, len(d.recs))
 			}
 			if asJSON {
 				return writeJSON(a.stdout, b)
 			}
-			fmt.Fprintf(a.stdout, "study %s: best trial %d, score %.2f\n", name, b.Number, *b.Score)
+			fmt.Fprintf(a.stdout, "study %s: best trial %d, score %.2f\n", d.name, b.Number, *b.Score)
+			if w := d.winner; w != nil {
+				fmt.Fprintf(a.stdout, "confirmed: pooled %.2f over %d runs, spread %.2f: %s\n", w.Pooled, len(w.Runs), w.Spread, w.Reason)
+			}
 			fmt.Fprintf(a.stdout, "params: %s\n", space.Params(b.Params).String())
 			fmt.Fprintf(a.stdout, "command: %s %s\n", strings.Join(b.Engine, " "), strings.Join(b.Flags(), " "))
 			med := b.Medians()
@@ -173,7 +159,7 @@ at the scored level, engine version, model revision (when stored) and date.`,
 					return badInput(fmt.Errorf("--trial %d was %s before it had a config; nothing to export", trial, rec.State))
 				}
 			} else {
-				b, ok := search.Best(d.recs)
+				b, ok := d.best()
 				if !ok {
 					return fmt.Errorf("study %s has no complete trial that meets its SLO and gates; pick one with --trial", d.name)
 				}

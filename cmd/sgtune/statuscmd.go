@@ -134,11 +134,7 @@ func statusText(d *studyData, now time.Time) string {
 		}
 		fmt.Fprintln(&b)
 	}
-	if best, ok := search.Best(d.recs); ok {
-		fmt.Fprintf(&b, "best: trial %d (score %.2f)\n", best.Number, *best.Score)
-	} else {
-		fmt.Fprintln(&b, "best: none yet (no complete trial meets the SLO and gates)")
-	}
+	fmt.Fprintf(&b, "best: %s\n", d.bestLine())
 	return b.String()
 }
 
@@ -186,7 +182,7 @@ func (a *app) watchStatus(ctx context.Context, sf studyFlags, interval time.Dura
 	host, _ := os.Hostname()
 	var last string
 	quiet, failures := 0, 0
-	lastCount := -1
+	lastCount, reread := -1, false
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -203,9 +199,17 @@ func (a *app) watchStatus(ctx context.Context, sf studyFlags, interval time.Dura
 			}
 		default:
 			failures = 0
-			text := statusText(d, time.Now())
 			done, why := runEnded(d.recs, host, lastCount, &quiet)
 			lastCount = len(d.recs)
+			if done && !reread {
+				// The process may have written its last trial between this
+				// read and the liveness check: read once more, so that the
+				// last table shows what it left.
+				reread = true
+				continue
+			}
+			reread = done
+			text := statusText(d, time.Now())
 			switch {
 			case tty:
 				fmt.Fprint(a.stdout, "\x1b[H\x1b[2J"+text)

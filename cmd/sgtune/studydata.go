@@ -37,6 +37,8 @@ type studyData struct {
 	// the storage counts them (interrupted ones gave their launch back;
 	// confirmation reruns are outside the budget).
 	launched int
+	// winner is the study's declared winner, nil until it declared one.
+	winner *search.Winner
 }
 
 // open reads the chosen study. It never creates a database.
@@ -77,7 +79,15 @@ func readStudy(store *storage.Store, want string) (*studyData, error) {
 	if err != nil {
 		return nil, fmt.Errorf("count launched trials of %q: %w", name, err)
 	}
-	return &studyData{store: store, name: name, id: id, recs: recs, attrs: attrs, launched: launched}, nil
+	d := &studyData{store: store, name: name, id: id, recs: recs, attrs: attrs, launched: launched}
+	w, ok, err := search.ReadWinner(store, name)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		d.winner = &w
+	}
+	return d, nil
 }
 
 // scoreSpec returns the study's stored score spec, if the run stored it.
@@ -153,26 +163,40 @@ func (d *studyData) budget() int {
 }
 
 // confirmations returns the confirmation reruns of the study's declared
-// winner and runners-up, best pooled first (nil when none were run).
-func (d *studyData) confirmations() ([]report.Confirmation, string, error) {
-	w, ok, err := search.ReadWinner(d.store, d.name)
-	if err != nil || !ok {
-		return nil, "", err
+// winner and runners-up, best pooled first (nil when none were run), and
+// how the winner was chosen.
+func (d *studyData) confirmations() ([]report.Confirmation, string) {
+	if d.winner == nil {
+		return nil, ""
 	}
-	out := make([]report.Confirmation, len(w.Candidates))
-	for i, c := range w.Candidates {
+	out := make([]report.Confirmation, len(d.winner.Candidates))
+	for i, c := range d.winner.Candidates {
 		out[i] = report.Confirmation{Trial: c.Trial, Pooled: c.Pooled, Spread: c.Spread}
 		for _, m := range c.Runs {
 			out[i].Scores = append(out[i].Scores, m.Score)
 		}
 	}
-	return out, w.Reason, nil
+	return out, d.winner.Reason
 }
 
 // best is the trial the study declares best: its confirmed winner, else
 // the best complete trial meeting the SLO and gates.
-func (d *studyData) best() (search.Record, bool, error) {
-	return search.Declared(d.store, d.name, d.recs)
+func (d *studyData) best() (search.Record, bool) {
+	return search.Declared(d.winner, d.recs)
+}
+
+// bestLine is the one-line summary of the declared best trial, as `status`
+// and `best` print it.
+func (d *studyData) bestLine() string {
+	b, ok := d.best()
+	switch {
+	case !ok:
+		return "none yet (no complete trial meets the SLO and gates)"
+	case d.winner != nil:
+		return fmt.Sprintf("trial %d (confirmed: pooled %.2f over %d runs, spread %.2f)",
+			b.Number, d.winner.Pooled, len(d.winner.Runs), d.winner.Spread)
+	}
+	return fmt.Sprintf("trial %d (score %.2f)", b.Number, *b.Score)
 }
 
 // modelRevision returns the model revision a trial served: its own
