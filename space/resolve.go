@@ -297,7 +297,7 @@ func (s *Study) View(c *Config) engine.View { return engine.NewView(s.Schema, c.
 func (s *Study) Setup() engine.Setup {
 	set := engine.Setup{GPUsPerTrial: s.GPUsPerTrial, CPUsPerTrial: s.CPUsPerTrial, Hybrid: s.Hybrid, MoE: s.MoE,
 		AcceptReduced: s.OnLimitsReduced == "accept",
-		Memory: s.Memory}
+		Memory:        s.Memory}
 	w := s.Workload
 	switch w.Kind {
 	case "matrix":
