@@ -32,7 +32,7 @@ func writeMarkdown(w io.Writer, v *view) {
 		fmt.Fprintln(w)
 	} else {
 		b := st.Best
-		fmt.Fprintf(w, "## Best: trial %d, score %.2f\n\n", b.Number, *b.Score)
+		fmt.Fprintf(w, "## Best: trial %d, score %s\n\n", b.Number, v.WinnerScore)
 		fmt.Fprintf(w, "```\n%s\n```\n\n", strings.Join(b.Flags, " "))
 		levelTable(w, b.Levels)
 		if v.Plateau != "" {

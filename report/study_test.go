@@ -362,3 +362,23 @@ func TestTableSortsInChromium(t *testing.T) {
 		}
 	}
 }
+
+// A confirmation run is marked in the trials table with the trial it
+// measured again.
+func TestReportMarksReruns(t *testing.T) {
+	st := fixture()
+	three := 3
+	rerun := st.Trials[3]
+	rerun.Number, rerun.ConfirmOf = 6, &three
+	st.Trials = append(st.Trials, rerun)
+	var b strings.Builder
+	if err := writeHTML(&b, buildView(st)); err != nil {
+		t.Fatal(err)
+	}
+	if want := `6 <span class="rerun" title="confirmation run: trial 3's config measured again">↻3</span>`; !strings.Contains(b.String(), want) {
+		t.Errorf("page lacks %q", want)
+	}
+	if n := strings.Count(b.String(), `class="rerun"`); n != 1 {
+		t.Errorf("%d rows marked as reruns, want 1", n)
+	}
+}

@@ -30,6 +30,9 @@ type view struct {
 	Confirm     []confirmRow
 	Tie         string // "tie within the measured spread: ..." or ""
 	Plateau     string // whether the winner is on the measured plateau; "" without a winner
+	// WinnerScore is the winner's score as the cards show it: pooled over
+	// its runs when it was confirmed ("36,603 pooled over 3 runs").
+	WinnerScore string
 	Failures    []failure
 	Matrix      *matrixTable
 	Generated   string
@@ -51,6 +54,8 @@ type trialRow struct {
 	Seconds     string
 	SecondsV    string
 	Best        bool
+	// RerunOf is the trial a confirmation run measured again (-1: none).
+	RerunOf int
 }
 
 // confirmRow is one confirmed config.
@@ -143,6 +148,10 @@ func buildView(st Study) *view {
 	v.confirmations()
 	if p, ok := PlateauOf(st); ok {
 		v.Plateau = p.Text()
+		v.WinnerScore = formatScore(p.WinnerScore)
+		if p.WinnerRuns > 1 {
+			v.WinnerScore += fmt.Sprintf(" pooled over %d runs", p.WinnerRuns)
+		}
 	}
 	for _, t := range st.Trials {
 		if t.State != "failed" && t.State != "infeasible" {
@@ -233,7 +242,10 @@ func paramNames(trials []Trial) []string {
 }
 
 func (v *view) row(t Trial) trialRow {
-	r := trialRow{Number: t.Number, State: t.State, Class: t.Class, Score: "–", VerdictKind: "none", Verdict: "–"}
+	r := trialRow{Number: t.Number, State: t.State, Class: t.Class, Score: "–", VerdictKind: "none", Verdict: "–", RerunOf: -1}
+	if t.ConfirmOf != nil {
+		r.RerunOf = *t.ConfirmOf
+	}
 	for _, n := range v.ParamNames {
 		if t.Params == nil {
 			r.Params = append(r.Params, "")

@@ -80,14 +80,7 @@ starting new trials after the given time; the trial in flight finishes.`,
 				Events: prog.event,
 			})
 			prog.stop()
-			a.printSummary(st, sum, storagePath)
-			if runErr != nil {
-				return runErr
-			}
-			if sum.Interrupted {
-				return errInterrupted
-			}
-			return nil
+			return a.finish(st, sum, storagePath, runErr)
 		},
 	}
 	f := cmd.Flags()
@@ -127,6 +120,19 @@ func (a *app) watchSignals(stop context.CancelFunc, abort chan struct{}, done <-
 			}
 		}
 	}
+}
+
+// finish prints a run's summary and returns what ends it: the run's
+// error, else errInterrupted when a signal stopped it.
+func (a *app) finish(st *space.Study, sum search.Summary, storagePath string, runErr error) error {
+	a.printSummary(st, sum, storagePath)
+	if runErr != nil {
+		return runErr
+	}
+	if sum.Interrupted {
+		return errInterrupted
+	}
+	return nil
 }
 
 func (a *app) printSummary(st *space.Study, sum search.Summary, storagePath string) {

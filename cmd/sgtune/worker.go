@@ -82,14 +82,7 @@ are plain text, one per event.`,
 				Getenv: a.getenv, Abort: abort, Preflight: &pre,
 				Events: func(ev search.Event) { fmt.Fprintln(a.stdout, ev.Text) },
 			})
-			a.printSummary(st, sum, storagePath)
-			if runErr != nil {
-				return runErr
-			}
-			if sum.Interrupted {
-				return errInterrupted
-			}
-			return nil
+			return a.finish(st, sum, storagePath, runErr)
 		},
 	}
 	f := cmd.Flags()
