@@ -19,17 +19,17 @@ import (
 
 // view is the study digested once for both the page and the markdown.
 type view struct {
-	St          Study
-	Counts      string // "8 complete, 2 failed, ..."
-	Launched    int
-	Wall        string // first start to last end
-	Measured    string // sum of the trials' own durations
-	Ranked      []Trial
-	ParamNames  []string
-	Rows        []trialRow
-	Confirm     []confirmRow
-	Tie         string // "tie within the measured spread: ..." or ""
-	Plateau     string // whether the winner is on the measured plateau; "" without a winner
+	St         Study
+	Counts     string // "8 complete, 2 failed, ..."
+	Launched   int
+	Wall       string // first start to last end
+	Measured   string // sum of the trials' own durations
+	Ranked     []Trial
+	ParamNames []string
+	Rows       []trialRow
+	Confirm    []confirmRow
+	Tie        string // "tie within the measured spread: ..." or ""
+	Plateau    string // whether the winner is on the measured plateau; "" without a winner
 	// WinnerScore is the winner's score as the cards show it: pooled over
 	// its runs when it was confirmed ("36,603 pooled over 3 runs").
 	WinnerScore string
