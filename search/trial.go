@@ -345,8 +345,16 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 	if r.apiKey != "" {
 		spec.Argv = append(spec.Argv, kind.APIKeyFlag, r.apiKey)
 	}
+	where := "on GPUs " + gpuList(gpus)
+	switch {
+	case kind.UsesGPUs:
+	case r.st.CPUsPerTrial > 0:
+		where = fmt.Sprintf("on %d CPU(s)", r.st.CPUsPerTrial)
+	default:
+		where = "on the CPUs"
+	}
 	r.emit(Event{Kind: EventLaunching, Trial: t.number, Phase: "starting",
-		Text: fmt.Sprintf("trial %d launching [%s] on GPUs %s", t.number, t.label, gpuList(gpus))})
+		Text: fmt.Sprintf("trial %d launching [%s] %s", t.number, t.label, where)})
 
 	var o observed
 	attrs := map[string]string{}
