@@ -64,7 +64,7 @@ func (a *app) bestCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "best",
-		Short: "Show the best trial of a study: score, params and launch flags",
+		Short: "Show the study's declared winner (before confirmation, its best trial): score, params and launch flags",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, err := sf.open()
