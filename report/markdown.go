@@ -42,7 +42,7 @@ func writeMarkdown(w io.Writer, v *view) {
 	if len(v.Confirm) > 0 {
 		fmt.Fprintln(w, "## Confirmation reruns")
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| trial | rerun scores | pooled | spread | spread / pooled |")
+		fmt.Fprintln(w, "| trial | scores (first run, then reruns) | pooled | spread | spread / pooled |")
 		fmt.Fprintln(w, "|---|---|---|---|---|")
 		for _, c := range v.Confirm {
 			fmt.Fprintf(w, "| %d | %s | %s | %s | %s |\n", c.Trial, c.Scores, c.Pooled, c.Spread, c.Rel)

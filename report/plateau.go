@@ -52,7 +52,7 @@ func PlateauOf(st Study) (p Plateau, ok bool) {
 		confirmed[c.Trial] = c
 	}
 	score := func(t *Trial) (float64, int) {
-		if c, ok := confirmed[t.Number]; ok {
+		if c, ok := confirmed[t.Number]; ok && len(c.Scores) > 0 {
 			return c.Pooled, len(c.Scores)
 		}
 		return *t.Score, 1

@@ -166,8 +166,7 @@ func topConfigs(st *space.Study, recs []Record, n int) []Record {
 		seen[rec.ConfigKey] = true
 		out = append(out, rec)
 	}
-	searched := slices.DeleteFunc(slices.Clone(recs), func(r Record) bool { return r.ConfirmOf != nil })
-	if b, ok := Best(searched); ok && n >= 2 && !seen[b.ConfigKey] {
+	if b, ok := Best(searchTrials(recs)); ok && n >= 2 && !seen[b.ConfigKey] {
 		if len(out) == n {
 			out = out[:n-1]
 		}
@@ -340,16 +339,45 @@ func ReadWinner(st StudyStore, study string) (Winner, bool, error) {
 	return w, true, nil
 }
 
+// Holds reports whether a declared winner still stands for recs: its trial
+// is among them and no trial of the search came after the declaration (a
+// study resumed with a larger budget searches on and declares again; until
+// then the best trial stands, as before the first declaration).
+func (w Winner) Holds(recs []Record) bool {
+	last := w.Trial
+	for _, c := range append([]Candidate{{Runs: w.Runs}}, w.Candidates...) {
+		for _, m := range c.Runs {
+			last = max(last, m.Trial)
+		}
+	}
+	found := false
+	for _, r := range recs {
+		if r.ConfirmOf == nil && r.Number > last {
+			return false
+		}
+		found = found || r.Number == w.Trial
+	}
+	return found
+}
+
 // Declared returns the trial a study declares best: the winner when the
-// study declared one (w not nil), else the best complete trial meeting the
-// SLO and gates (Best). ok is false when there is neither.
+// study declared one (w not nil) and it still holds, else the best complete
+// trial of the search meeting the SLO and gates (a confirmation run is
+// named by its config's first trial, through the pooled winner). ok is
+// false when there is neither.
 func Declared(w *Winner, recs []Record) (Record, bool) {
-	if w != nil {
+	if w != nil && w.Holds(recs) {
 		for _, r := range recs {
 			if r.Number == w.Trial {
 				return r, true
 			}
 		}
 	}
-	return Best(recs)
+	return Best(searchTrials(recs))
+}
+
+// searchTrials returns the trials the search proposed: recs without the
+// confirmation runs.
+func searchTrials(recs []Record) []Record {
+	return slices.DeleteFunc(slices.Clone(recs), func(r Record) bool { return r.ConfirmOf != nil })
 }

@@ -108,3 +108,35 @@ func TestTopConfigsKeepTheBestMeasured(t *testing.T) {
 		t.Errorf("with a confirmation run: trials %v, want trial 7 kept", got)
 	}
 }
+
+// A declared winner stands until the search goes on after it (a study
+// resumed with a larger budget); without one, the best trial of the search
+// is named, never a confirmation run.
+func TestDeclaredWinnerHolds(t *testing.T) {
+	score := func(v float64) *float64 { return &v }
+	one := 1
+	recs := []Record{
+		{Number: 0, State: StateComplete, ScoreOK: true, Score: score(900)},
+		{Number: 1, State: StateComplete, ScoreOK: true, Score: score(1000)},
+		{Number: 2, State: StateComplete, ScoreOK: true, Score: score(1100), ConfirmOf: &one},
+	}
+	w := &Winner{Trial: 0, Runs: []Measurement{{Trial: 0}}, Candidates: []Candidate{
+		{Trial: 0, Runs: []Measurement{{Trial: 0}}}, {Trial: 1, Runs: []Measurement{{Trial: 1}, {Trial: 2}}}}}
+	tests := []struct {
+		name string
+		w    *Winner
+		recs []Record
+		want int
+	}{
+		{"the winner", w, recs, 0},
+		{"no winner: the best trial of the search", nil, recs, 1},
+		{"the search went on", w, append(slices.Clone(recs), Record{Number: 3, State: StateFailed}), 1},
+		{"the winner's trial is missing", &Winner{Trial: 7}, recs, 1},
+	}
+	for _, tt := range tests {
+		got, ok := Declared(tt.w, tt.recs)
+		if !ok || got.Number != tt.want {
+			t.Errorf("%s: trial %d (%v), want %d", tt.name, got.Number, ok, tt.want)
+		}
+	}
+}

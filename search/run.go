@@ -283,19 +283,14 @@ func (r *runner) summarize(ctx context.Context, err error) (Summary, error) {
 		return r.sum, errors.Join(err, rerr)
 	}
 	r.sum.Records = recs
-	if b, ok := Best(recs); ok {
-		r.sum.Best = &b
-	}
-	if w, ok, werr := ReadWinner(r.store, r.st.Name); werr != nil {
+	w, ok, werr := ReadWinner(r.store, r.st.Name)
+	if werr != nil {
 		err = errors.Join(err, werr)
-	} else if ok {
+	} else if ok && w.Holds(recs) {
 		r.sum.Winner = &w
-		for _, rec := range recs {
-			if rec.Number == w.Trial {
-				b := rec
-				r.sum.Best = &b
-			}
-		}
+	}
+	if b, ok := Declared(r.sum.Winner, recs); ok {
+		r.sum.Best = &b
 	}
 	r.sum.Interrupted = ctx.Err() != nil
 	return r.sum, err

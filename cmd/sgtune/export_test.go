@@ -140,3 +140,19 @@ func TestCommandsFollowTheDeclaredWinner(t *testing.T) {
 		}
 	}
 }
+
+// An unreadable stored winner does not keep status, best or export from the
+// trials (they warn and name the best trial); the report fails on it.
+func TestUnreadableWinner(t *testing.T) {
+	dir := t.TempDir()
+	db := seedStudy(t, dir, rankingTrials, map[string]string{storage.AttrWinner: "{not json"})
+	if code, out := cli(t, nil, nil, "status", "--storage", db); code != 0 || !strings.Contains(out, "best: trial 0 (score 2000.00); the stored winner is unreadable") {
+		t.Errorf("status: exit %d\n%s", code, out)
+	}
+	if code, out := cli(t, nil, nil, "export", "--storage", db, "-o", filepath.Join(dir, "x.sh")); code != 0 || !strings.Contains(out, "warning:") {
+		t.Errorf("export: exit %d\n%s", code, out)
+	}
+	if code, out := cli(t, nil, nil, "report", "--storage", db, "-o", filepath.Join(dir, "r")); code == 0 {
+		t.Errorf("report with an unreadable winner: exit 0\n%s", out)
+	}
+}

@@ -60,6 +60,9 @@ scripts. Report reads the storage only.`,
 func (d *studyData) reportStudy(storagePath string) (report.Study, error) {
 	st := report.Study{Name: d.name, Storage: storagePath, Budget: d.budget(),
 		ScoreConcurrency: d.scoredConcurrency()}
+	if d.winnerErr != nil {
+		return st, d.winnerErr
+	}
 	st.Confirmations, st.Verdict = d.confirmations()
 	if s, ok := d.scoreSpec(); ok {
 		st.Score = specText(s)

@@ -80,6 +80,9 @@ func (a *app) bestCmd() *cobra.Command {
 				return writeJSON(a.stdout, b)
 			}
 			fmt.Fprintf(a.stdout, "study %s: best trial %d, score %.2f\n", d.name, b.Number, *b.Score)
+			if d.winnerErr != nil {
+				fmt.Fprintf(a.stderr, "warning: %v\n", d.winnerErr)
+			}
 			if w := d.winner; w != nil {
 				fmt.Fprintf(a.stdout, "confirmed: pooled %.2f over %d runs, spread %.2f: %s\n", w.Pooled, len(w.Runs), w.Spread, w.Reason)
 			}
@@ -159,6 +162,9 @@ at the scored level, engine version, model revision (when stored) and date.`,
 					return badInput(fmt.Errorf("--trial %d was %s before it had a config; nothing to export", trial, rec.State))
 				}
 			} else {
+				if d.winnerErr != nil {
+					fmt.Fprintf(a.stderr, "warning: %v; exporting the best trial instead\n", d.winnerErr)
+				}
 				b, ok := d.best()
 				if !ok {
 					return fmt.Errorf("study %s has no complete trial that meets its SLO and gates; pick one with --trial", d.name)

@@ -37,8 +37,11 @@ type studyData struct {
 	// the storage counts them (interrupted ones gave their launch back;
 	// confirmation reruns are outside the budget).
 	launched int
-	// winner is the study's declared winner, nil until it declared one.
-	winner *search.Winner
+	// winner is the study's declared winner, nil until it declared one (or
+	// while a resumed search goes on after it); winnerErr says why a stored
+	// winner could not be read.
+	winner    *search.Winner
+	winnerErr error
 }
 
 // open reads the chosen study. It never creates a database.
@@ -80,11 +83,13 @@ func readStudy(store *storage.Store, want string) (*studyData, error) {
 		return nil, fmt.Errorf("count launched trials of %q: %w", name, err)
 	}
 	d := &studyData{store: store, name: name, id: id, recs: recs, attrs: attrs, launched: launched}
+	// An unreadable winner does not keep status, best or export from the
+	// trials; the report, which shows the confirmation, fails on it.
 	w, ok, err := search.ReadWinner(store, name)
-	if err != nil {
-		return nil, err
-	}
-	if ok {
+	switch {
+	case err != nil:
+		d.winnerErr = err
+	case ok && w.Holds(recs):
 		d.winner = &w
 	}
 	return d, nil
@@ -186,17 +191,23 @@ func (d *studyData) best() (search.Record, bool) {
 }
 
 // bestLine is the one-line summary of the declared best trial, as `status`
-// and `best` print it.
+// prints it.
 func (d *studyData) bestLine() string {
 	b, ok := d.best()
+	var line string
 	switch {
 	case !ok:
-		return "none yet (no complete trial meets the SLO and gates)"
+		line = "none yet (no complete trial meets the SLO and gates)"
 	case d.winner != nil:
-		return fmt.Sprintf("trial %d (confirmed: pooled %.2f over %d runs, spread %.2f)",
+		line = fmt.Sprintf("trial %d (confirmed: pooled %.2f over %d runs, spread %.2f)",
 			b.Number, d.winner.Pooled, len(d.winner.Runs), d.winner.Spread)
+	default:
+		line = fmt.Sprintf("trial %d (score %.2f)", b.Number, *b.Score)
 	}
-	return fmt.Sprintf("trial %d (score %.2f)", b.Number, *b.Score)
+	if d.winnerErr != nil {
+		line += fmt.Sprintf("; the stored winner is unreadable: %v", d.winnerErr)
+	}
+	return line
 }
 
 // modelRevision returns the model revision a trial served: its own
