@@ -228,7 +228,7 @@ func ParseArgs(argv []string) (*Args, error) {
 			continue
 		}
 		name, val, hasVal := strings.Cut(arg, "=")
-		def, canon, err := lookupOption(opts, name)
+		def, _, err := lookupOption(opts, name)
 		if err != nil {
 			return nil, err
 		}
@@ -240,51 +240,16 @@ func ParseArgs(argv []string) (*Args, error) {
 		if def.deprecated != "" {
 			a.Deprecated = append(a.Deprecated, def.deprecated)
 		}
-		_ = canon
-		switch def.kind {
-		case kBool:
+		if def.kind == kBool {
 			if hasVal {
 				return nil, &ParseError{Msg: fmt.Sprintf("argument %s: ignored explicit argument '%s'", label, val)}
 			}
 			a.Values[def.dest] = true
 			continue
-		case kIntsN, kString2:
-			var vals []string
-			if hasVal {
-				vals = append(vals, val)
-			}
-			for i+1 < len(argv) && !looksLikeOption(argv[i+1]) {
-				i++
-				vals = append(vals, argv[i])
-			}
-			if len(vals) == 0 {
-				return nil, &ParseError{Msg: fmt.Sprintf("argument %s: expected at least one argument", label)}
-			}
-			if def.kind == kString2 {
-				a.Values[def.dest] = vals
-				continue
-			}
-			ints := make([]int, 0, len(vals))
-			for _, v := range vals {
-				n, err := strconv.Atoi(v)
-				if err != nil {
-					return nil, &ParseError{Msg: fmt.Sprintf("argument %s: invalid int value: '%s'", label, v)}
-				}
-				ints = append(ints, n)
-			}
-			a.Values[def.dest] = ints
-			continue
 		}
-		if !hasVal {
-			if i+1 >= len(argv) || looksLikeOption(argv[i+1]) {
-				return nil, &ParseError{Msg: fmt.Sprintf("argument %s: expected one argument", label)}
-			}
-			i++
-			val = argv[i]
-		}
-		v, err := convert(def, val)
+		v, err := optionValue(def.kind, label, argv, &i, val, hasVal, func(val string) (any, error) { return convert(def, val) })
 		if err != nil {
-			return nil, &ParseError{Msg: fmt.Sprintf("argument %s: %s", label, err.Error())}
+			return nil, err
 		}
 		a.Values[def.dest] = v
 	}
@@ -295,6 +260,51 @@ func ParseArgs(argv []string) (*Args, error) {
 		return nil, &ParseError{Msg: "the following arguments are required: --model-path/--model"}
 	}
 	return a, nil
+}
+
+// optionValue reads an option's value as argparse does: a nargs='+' kind
+// (kIntsN, kString2) takes every following token up to the next option,
+// the others one token, from "=value" or the next argument, which convert
+// types. *i moves past what was read. Errors name the option by label.
+func optionValue(kind flagKind, label string, argv []string, i *int, val string, hasVal bool, convert func(string) (any, error)) (any, error) {
+	switch kind {
+	case kIntsN, kString2:
+		var vals []string
+		if hasVal {
+			vals = append(vals, val)
+		}
+		for *i+1 < len(argv) && !looksLikeOption(argv[*i+1]) {
+			*i++
+			vals = append(vals, argv[*i])
+		}
+		if len(vals) == 0 {
+			return nil, &ParseError{Msg: fmt.Sprintf("argument %s: expected at least one argument", label)}
+		}
+		if kind == kString2 {
+			return vals, nil
+		}
+		ints := make([]int, 0, len(vals))
+		for _, v := range vals {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, &ParseError{Msg: fmt.Sprintf("argument %s: invalid int value: '%s'", label, v)}
+			}
+			ints = append(ints, n)
+		}
+		return ints, nil
+	}
+	if !hasVal {
+		if *i+1 >= len(argv) || looksLikeOption(argv[*i+1]) {
+			return nil, &ParseError{Msg: fmt.Sprintf("argument %s: expected one argument", label)}
+		}
+		*i++
+		val = argv[*i]
+	}
+	v, err := convert(val)
+	if err != nil {
+		return nil, &ParseError{Msg: fmt.Sprintf("argument %s: %s", label, err.Error())}
+	}
+	return v, nil
 }
 
 // looksLikeOption mirrors argparse: a token starting with '-' is an option

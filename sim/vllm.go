@@ -167,50 +167,16 @@ func ParseVLLMArgs(argv []string) (*Args, error) {
 		if _, seen := given[def.dest]; !seen {
 			order = append(order, def.dest)
 		}
-		switch def.kind {
-		case kBool:
+		if def.kind == kBool {
 			if hasVal {
 				return nil, &ParseError{Msg: fmt.Sprintf("argument %s: ignored explicit argument '%s'", label, val)}
 			}
 			given[def.dest] = !strings.HasPrefix(name, "--no-")
 			continue
-		case kIntsN, kString2:
-			var vals []string
-			if hasVal {
-				vals = append(vals, val)
-			}
-			for i+1 < len(argv) && !looksLikeOption(argv[i+1]) {
-				i++
-				vals = append(vals, argv[i])
-			}
-			if len(vals) == 0 {
-				return nil, &ParseError{Msg: fmt.Sprintf("argument %s: expected at least one argument", label)}
-			}
-			if def.kind == kString2 {
-				given[def.dest] = vals
-				continue
-			}
-			ints := make([]int, 0, len(vals))
-			for _, v := range vals {
-				n, err := strconv.Atoi(v)
-				if err != nil {
-					return nil, &ParseError{Msg: fmt.Sprintf("argument %s: invalid int value: '%s'", label, v)}
-				}
-				ints = append(ints, n)
-			}
-			given[def.dest] = ints
-			continue
 		}
-		if !hasVal {
-			if i+1 >= len(argv) || looksLikeOption(argv[i+1]) {
-				return nil, &ParseError{Msg: fmt.Sprintf("argument %s: expected one argument", label)}
-			}
-			i++
-			val = argv[i]
-		}
-		v, err := convertVLLM(def, val)
+		v, err := optionValue(def.kind, label, argv, &i, val, hasVal, func(val string) (any, error) { return convertVLLM(def, val) })
 		if err != nil {
-			return nil, &ParseError{Msg: fmt.Sprintf("argument %s: %s", label, err.Error())}
+			return nil, err
 		}
 		given[def.dest] = v
 	}
