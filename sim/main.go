@@ -38,30 +38,31 @@ type Options struct {
 // --sim-engine vllm) until ctx ends (SIGTERM or SIGINT in the command) or a
 // fault crashes it, and returns the exit code.
 func Main(ctx context.Context, argv []string, stdout, stderr io.Writer, opt Options) int {
+	d := dialect{prog: Prog, usage: Usage, parse: ParseArgs, run: (*startup).run}
 	if SimEngine(argv) == EngineVLLM {
-		return mainVLLM(ctx, argv, stdout, stderr, opt)
+		d = dialect{prog: VLLMProg, usage: VLLMUsage, parse: ParseVLLMArgs, run: (*startup).runVLLM}
 	}
-	a, err := ParseArgs(argv)
+	a, err := d.parse(argv)
 	if err != nil {
 		var pe *ParseError
 		if errors.As(err, &pe) && pe == ErrHelp {
-			fmt.Fprint(stdout, Usage())
+			fmt.Fprint(stdout, d.usage())
 			return ExitOK
 		}
-		fmt.Fprint(stderr, Usage())
-		fmt.Fprintf(stderr, "%s: error: %s\n", Prog, err.Error())
+		fmt.Fprint(stderr, d.usage())
+		fmt.Fprintf(stderr, "%s: error: %s\n", d.prog, err.Error())
 		return ExitUsage
 	}
 	prof, err := LoadProfile(a.String("sim_profile", DefaultProfile))
 	if err != nil {
-		fmt.Fprint(stderr, Usage())
-		fmt.Fprintf(stderr, "%s: error: argument --sim-profile: %v\n", Prog, err)
+		fmt.Fprint(stderr, d.usage())
+		fmt.Fprintf(stderr, "%s: error: argument --sim-profile: %v\n", d.prog, err)
 		return ExitUsage
 	}
 	speed := a.Float("sim_speedup", 1)
 	if speed <= 0 || math.IsNaN(speed) || math.IsInf(speed, 0) {
-		fmt.Fprint(stderr, Usage())
-		fmt.Fprintf(stderr, "%s: error: argument --sim-speedup: must be a positive number\n", Prog)
+		fmt.Fprint(stderr, d.usage())
+		fmt.Fprintf(stderr, "%s: error: argument --sim-speedup: must be a positive number\n", d.prog)
 		return ExitUsage
 	}
 	log := syncio.NewWriter(stdout)
@@ -72,7 +73,17 @@ func Main(ctx context.Context, argv []string, stdout, stderr io.Writer, opt Opti
 		return ExitUsage
 	}
 	st := &startup{ctx: ctx, log: log, speed: speed, p: prof, pl: pl, a: a, rules: rules, fast: opt.NoStartupDelay}
-	return st.run(opt)
+	return d.run(st, opt)
+}
+
+// dialect is the engine the simulator speaks (--sim-engine): its program
+// name, usage, argv parser and startup; the profile, speed and fault rules
+// are read the same way for both.
+type dialect struct {
+	prog  string
+	usage func() string
+	parse func([]string) (*Args, error)
+	run   func(*startup, Options) int
 }
 
 type startup struct {

@@ -947,18 +947,26 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	counter("num_requests_total", "Number of requests processed.", float64(st.Requests))
 	counter("num_aborted_requests_total", "Number of requests aborted.", float64(st.Aborted))
 	fmt.Fprintf(&b, "# HELP sglang:cached_tokens_total Number of cached prompt tokens.\n# TYPE sglang:cached_tokens_total counter\nsglang:cached_tokens_total{cache_source=\"device\",%s} %d\n", clbl, st.CachedTok)
-	s.mu.Lock()
-	for _, name := range slices.Sorted(maps.Keys(s.hist)) {
-		h := s.hist[name]
-		fmt.Fprintf(&b, "# HELP sglang:%s Histogram of %s.\n# TYPE sglang:%s histogram\n", name, name, name)
-		for i, bd := range h.bounds {
-			fmt.Fprintf(&b, "sglang:%s_bucket{%s,le=\"%g\"} %d\n", name, clbl, bd, h.counts[i])
-		}
-		fmt.Fprintf(&b, "sglang:%s_bucket{%s,le=\"+Inf\"} %d\nsglang:%s_sum{%s} %g\nsglang:%s_count{%s} %d\n", name, clbl, h.n, name, clbl, h.sum, name, clbl, h.n)
-	}
-	s.mu.Unlock()
+	s.writeHistograms(&b, "sglang:", clbl)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	io.WriteString(w, b.String())
+}
+
+// writeHistograms writes the latency histograms in Prometheus' text format,
+// each metric named with the engine's prefix ("sglang:", "vllm:") and
+// labelled lbl.
+func (s *Server) writeHistograms(b *strings.Builder, prefix, lbl string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, name := range slices.Sorted(maps.Keys(s.hist)) {
+		h := s.hist[name]
+		m := prefix + name
+		fmt.Fprintf(b, "# HELP %s Histogram of %s.\n# TYPE %s histogram\n", m, name, m)
+		for i, bd := range h.bounds {
+			fmt.Fprintf(b, "%s_bucket{%s,le=\"%g\"} %d\n", m, lbl, bd, h.counts[i])
+		}
+		fmt.Fprintf(b, "%s_bucket{%s,le=\"+Inf\"} %d\n%s_sum{%s} %g\n%s_count{%s} %d\n", m, lbl, h.n, m, lbl, h.sum, m, lbl, h.n)
+	}
 }
 
 func b2f(b bool) float64 {

@@ -2,58 +2,15 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"math"
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/sgtune/sgtune/syncio"
 )
-
-// mainVLLM is Main for --sim-engine vllm: vLLM's argv, startup log, errors
-// and endpoints.
-func mainVLLM(ctx context.Context, argv []string, stdout, stderr io.Writer, opt Options) int {
-	a, err := ParseVLLMArgs(argv)
-	if err != nil {
-		var pe *ParseError
-		if errors.As(err, &pe) && pe == ErrHelp {
-			fmt.Fprint(stdout, VLLMUsage())
-			return ExitOK
-		}
-		fmt.Fprint(stderr, VLLMUsage())
-		fmt.Fprintf(stderr, "%s: error: %s\n", VLLMProg, err.Error())
-		return ExitUsage
-	}
-	prof, err := LoadProfile(a.String("sim_profile", DefaultProfile))
-	if err != nil {
-		fmt.Fprint(stderr, VLLMUsage())
-		fmt.Fprintf(stderr, "%s: error: argument --sim-profile: %v\n", VLLMProg, err)
-		return ExitUsage
-	}
-	speed := a.Float("sim_speedup", 1)
-	if speed <= 0 || math.IsNaN(speed) || math.IsInf(speed, 0) {
-		fmt.Fprint(stderr, VLLMUsage())
-		fmt.Fprintf(stderr, "%s: error: argument --sim-speedup: must be a positive number\n", VLLMProg)
-		return ExitUsage
-	}
-	log := syncio.NewWriter(stdout)
-	pl := Resolve(a, prof)
-	rules, err := MatchFaults(prof.Faults, pl.Facts(a))
-	if err != nil {
-		fmt.Fprintf(stderr, "sim profile %s: %v\n", prof.Name, err)
-		return ExitUsage
-	}
-	st := &startup{ctx: ctx, log: log, speed: speed, p: prof, pl: pl, a: a, rules: rules, fast: opt.NoStartupDelay}
-	return st.runVLLM(opt)
-}
 
 // vllmPIDs are the process ids vLLM's log prefixes name: the API server
 // (this process) and the engine core.
@@ -281,16 +238,7 @@ func (s *Server) vllmMetrics(w http.ResponseWriter, st Stats) {
 	counter("generation_tokens", "Number of generation tokens processed.", float64(st.GenTokens))
 	counter("prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", float64(st.PromptTok))
 	counter("prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", float64(st.CachedTok))
-	s.mu.Lock()
-	for _, name := range slices.Sorted(maps.Keys(s.hist)) {
-		h := s.hist[name]
-		fmt.Fprintf(&b, "# HELP vllm:%s Histogram of %s.\n# TYPE vllm:%s histogram\n", name, name, name)
-		for i, bd := range h.bounds {
-			fmt.Fprintf(&b, "vllm:%s_bucket{%s,le=\"%g\"} %d\n", name, lbl, bd, h.counts[i])
-		}
-		fmt.Fprintf(&b, "vllm:%s_bucket{%s,le=\"+Inf\"} %d\nvllm:%s_sum{%s} %g\nvllm:%s_count{%s} %d\n", name, lbl, h.n, name, lbl, h.sum, name, lbl, h.n)
-	}
-	s.mu.Unlock()
+	s.writeHistograms(&b, "vllm:", lbl)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	io.WriteString(w, b.String())
 }
