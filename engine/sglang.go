@@ -653,7 +653,7 @@ func (sglangRules) Check(v View, s Setup, p Prediction) []Rejection {
 		case perWorker > 0 && p.KVTokens/2 < perWorker && !s.AcceptReduced:
 			reject("limits_reduced", "predicted KV tokens %d // 2 = %d < %s", p.KVTokens, p.KVTokens/2, requestedText(&e))
 		case p.KVTokensNeeded > p.KVTokens:
-			reject("kv_capacity", "%s < %s", kvText(p), needText(s, p, &e))
+			reject("kv_capacity", "%s < %s", kvText(p), needText(s, p, p.MaxRunningRequests, e.attnDP, "--dp-size", "DP worker"))
 		}
 	}
 	return out
@@ -681,20 +681,24 @@ func requestedText(e *sglangState) string {
 	return req
 }
 
-func needText(s Setup, p Prediction, e *sglangState) string {
+// needText says why the workload needs p.KVTokensNeeded KV tokens: the
+// smallest matrix cell, or the running requests (at most limit on each of
+// workers data-parallel copies, set by dpFlag) times a request's prompt and
+// output tokens. worker names one copy ("DP worker", "engine").
+func needText(s Setup, p Prediction, limit, workers int, dpFlag, worker string) string {
 	if s.Demand.Matrix {
 		return fmt.Sprintf("%d needed by the smallest matrix cell (context %d + max_output %d)",
 			p.KVTokensNeeded, s.Demand.MinContext, s.Demand.MaxOutput)
 	}
-	k := chatNeed(s, nil, s.Demand.Concurrency, p.MaxRunningRequests, e.attnDP)
+	k := chatNeed(s, nil, s.Demand.Concurrency, limit, workers)
 	k.prompt = p.PromptTokens
 	prompt := fmt.Sprintf("%d prompt", k.prompt)
 	if k.prompt != s.Demand.PromptTokens {
 		prompt = fmt.Sprintf("%d prompt as the server counted", k.prompt)
 	}
 	if k.attnDP > 1 {
-		return fmt.Sprintf("%d needed per DP worker: ceil(%d running / --dp-size %d) = %d x (%s + %d max_tokens)",
-			p.KVTokensNeeded, k.running, k.attnDP, k.perWorker, prompt, k.maxTokens)
+		return fmt.Sprintf("%d needed per %s: ceil(%d running / %s %d) = %d x (%s + %d max_tokens)",
+			p.KVTokensNeeded, worker, k.running, dpFlag, k.attnDP, k.perWorker, prompt, k.maxTokens)
 	}
 	return fmt.Sprintf("%d needed: %d running x (%s + %d max_tokens)", p.KVTokensNeeded,
 		k.perWorker, prompt, k.maxTokens)

@@ -516,26 +516,8 @@ func (vllmRules) Check(v View, s Setup, p Prediction) []Rejection {
 			// request of max_model_len must fit.
 			reject("kv_capacity", "%s < --max-model-len %d: vLLM cannot serve one request of the model's max seq len", kvText(p), e.maxModelLen)
 		case p.KVTokensNeeded > p.KVTokens+2*p.KVTokensErr:
-			reject("kv_capacity", "%s < %s", kvText(p), vllmNeedText(s, p, &e))
+			reject("kv_capacity", "%s < %s", kvText(p), needText(s, p, e.maxSeqs, e.dp, "--data-parallel-size", "engine"))
 		}
 	}
 	return out
-}
-
-func vllmNeedText(s Setup, p Prediction, e *vllmState) string {
-	if s.Demand.Matrix {
-		return fmt.Sprintf("%d needed by the smallest matrix cell (context %d + max_output %d)",
-			p.KVTokensNeeded, s.Demand.MinContext, s.Demand.MaxOutput)
-	}
-	k := chatNeed(s, nil, s.Demand.Concurrency, e.maxSeqs, e.dp)
-	k.prompt = p.PromptTokens
-	prompt := fmt.Sprintf("%d prompt", k.prompt)
-	if k.prompt != s.Demand.PromptTokens {
-		prompt = fmt.Sprintf("%d prompt as the server counted", k.prompt)
-	}
-	if e.dp > 1 {
-		return fmt.Sprintf("%d needed per engine: ceil(%d running / --data-parallel-size %d) = %d x (%s + %d max_tokens)",
-			p.KVTokensNeeded, k.running, e.dp, k.perWorker, prompt, k.maxTokens)
-	}
-	return fmt.Sprintf("%d needed: %d running x (%s + %d max_tokens)", p.KVTokensNeeded, k.perWorker, prompt, k.maxTokens)
 }
