@@ -56,14 +56,11 @@ starting new trials after the given time; the trial in flight finishes.`,
 			if trials < 0 || parallel < 0 || timeout < 0 {
 				return badInput(errors.New("--trials, --parallel and --timeout must not be negative"))
 			}
-			pre, store, logBase, err := a.openStudy(st, storagePath, parallel)
+			pre, store, logs, err := a.openStudy(st, storagePath, logDir, parallel)
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			if logDir == "" {
-				logDir = filepath.Join(logBase, "sgtune-logs")
-			}
 
 			ctx, stop := context.WithCancel(cmd.Context())
 			defer stop()
@@ -74,7 +71,7 @@ starting new trials after the given time; the trial in flight finishes.`,
 
 			prog := newProgress(a.stdout)
 			sum, runErr := search.Run(ctx, search.Options{
-				Study: st, Store: store, LogDir: logDir,
+				Study: st, Store: store, LogDir: logs,
 				Trials: trials, Timeout: timeout, Parallel: parallel,
 				Getenv: a.getenv, Abort: abort, Preflight: &pre,
 				Events: prog.event,
@@ -186,9 +183,10 @@ func exactArgs(n int) cobra.PositionalArgs {
 
 // openStudy runs what run and worker check before they write anything
 // (the parallel trials against the GPU groups, the storage's directory,
-// the study's preflight) and opens the storage. logBase is where the logs
-// go by default: beside a SQLite file, else here.
-func (a *app) openStudy(st *space.Study, storagePath string, parallel int) (search.Preflight, *storage.Store, string, error) {
+// the study's preflight) and opens the storage. It returns the log
+// directory: logDir, or by default sgtune-logs beside a SQLite file (else
+// here).
+func (a *app) openStudy(st *space.Study, storagePath, logDir string, parallel int) (search.Preflight, *storage.Store, string, error) {
 	var pre search.Preflight
 	if groups := max(len(st.GPUGroups), 1); !st.Slurmed() && parallel > groups {
 		return pre, nil, "", badInput(fmt.Errorf("--parallel %d: the study has %d GPU group(s) (gpus.groups in %s); one trial runs per group", parallel, groups, st.Path))
@@ -215,7 +213,10 @@ func (a *app) openStudy(st *space.Study, storagePath string, parallel int) (sear
 	if err != nil {
 		return pre, nil, "", fmt.Errorf("open storage: %w", err)
 	}
-	return pre, store, logBase, nil
+	if logDir == "" {
+		logDir = filepath.Join(logBase, "sgtune-logs")
+	}
+	return pre, store, logDir, nil
 }
 
 // storageHelp documents --storage for every command that has it.

@@ -55,17 +55,14 @@ are plain text, one per event.`,
 			if parallel < 0 || timeout < 0 {
 				return badInput(errors.New("--parallel and --timeout must not be negative"))
 			}
-			pre, store, logBase, err := a.openStudy(st, storagePath, parallel)
+			pre, store, logs, err := a.openStudy(st, storagePath, logDir, parallel)
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			if logDir == "" {
-				logDir = filepath.Join(logBase, "sgtune-logs")
-			}
 			// Slurm jobs write beside the log on their nodes: an absolute
 			// path on a shared filesystem.
-			if logDir, err = filepath.Abs(logDir); err != nil {
+			if logs, err = filepath.Abs(logs); err != nil {
 				return badInput(fmt.Errorf("--log-dir: %w", err))
 			}
 
@@ -77,7 +74,7 @@ are plain text, one per event.`,
 			go a.watchSignals(stop, abort, watchDone)
 
 			sum, runErr := search.Run(ctx, search.Options{
-				Study: st, Store: store, LogDir: logDir,
+				Study: st, Store: store, LogDir: logs,
 				Timeout: timeout, Parallel: parallel, Worker: true,
 				Getenv: a.getenv, Abort: abort, Preflight: &pre,
 				Events: func(ev search.Event) { fmt.Fprintln(a.stdout, ev.Text) },
