@@ -39,6 +39,12 @@ type Winner struct {
 	Reason string `json:"reason"`
 }
 
+// Confirmed says how the winner measured, as the commands print it:
+// "confirmed: pooled P over K runs, spread S".
+func (w Winner) Confirmed() string {
+	return fmt.Sprintf("confirmed: pooled %.2f over %d runs, spread %.2f", w.Pooled, len(w.Runs), w.Spread)
+}
+
 // Measurement is one measurement of a confirmed config.
 type Measurement struct {
 	Trial int     `json:"trial"`

@@ -159,7 +159,7 @@ func (a *app) printSummary(st *space.Study, sum search.Summary, storagePath stri
 	}
 	b := sum.Best
 	if w := sum.Winner; w != nil {
-		fmt.Fprintf(a.stdout, "best: trial %d, confirmed: pooled %.2f over %d runs (spread %.2f)\n", b.Number, w.Pooled, len(w.Runs), w.Spread)
+		fmt.Fprintf(a.stdout, "best: trial %d, %s\n", b.Number, w.Confirmed())
 	} else {
 		fmt.Fprintf(a.stdout, "best: trial %d, score %.2f\n", b.Number, *b.Score)
 	}

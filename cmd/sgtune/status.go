@@ -84,7 +84,7 @@ func (a *app) bestCmd() *cobra.Command {
 				fmt.Fprintf(a.stderr, "warning: %v\n", d.winnerErr)
 			}
 			if w := d.winner; w != nil {
-				fmt.Fprintf(a.stdout, "confirmed: pooled %.2f over %d runs, spread %.2f: %s\n", w.Pooled, len(w.Runs), w.Spread, w.Reason)
+				fmt.Fprintf(a.stdout, "%s: %s\n", w.Confirmed(), w.Reason)
 			}
 			fmt.Fprintf(a.stdout, "params: %s\n", space.Params(b.Params).String())
 			fmt.Fprintf(a.stdout, "command: %s %s\n", strings.Join(b.Engine, " "), strings.Join(b.Flags(), " "))

@@ -199,8 +199,7 @@ func (d *studyData) bestLine() string {
 	case !ok:
 		line = "none yet (no complete trial meets the SLO and gates)"
 	case d.winner != nil:
-		line = fmt.Sprintf("trial %d (confirmed: pooled %.2f over %d runs, spread %.2f)",
-			b.Number, d.winner.Pooled, len(d.winner.Runs), d.winner.Spread)
+		line = fmt.Sprintf("trial %d (%s)", b.Number, d.winner.Confirmed())
 	default:
 		line = fmt.Sprintf("trial %d (score %.2f)", b.Number, *b.Score)
 	}
