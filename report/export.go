@@ -36,6 +36,9 @@ type Launch struct {
 	GPUs        string            // CUDA_VISIBLE_DEVICES, "" for unset
 	Version     string            // engine version or image digest the study pinned
 	Params      map[string]interface{}
+	// Confirmed says how the study's declared winner measured when it was
+	// run again ("pooled P over K runs, spread S"); "" for another trial.
+	Confirmed string
 	// Measured are the key figures at the scored level; nil when the
 	// trial has no measurement there.
 	Measured *Figures
@@ -99,6 +102,7 @@ func Write(w io.Writer, format string, l Launch) error {
 			Trial         int                    `json:"trial"`
 			Score         float64                `json:"score"`
 			ScoreReason   string                 `json:"score_reason,omitempty"`
+			Confirmed     string                 `json:"confirmed,omitempty"`
 			Measured      *Figures               `json:"measured,omitempty"`
 			Version       string                 `json:"engine_version,omitempty"`
 			ModelRevision string                 `json:"model_revision,omitempty"`
@@ -110,7 +114,7 @@ func Write(w io.Writer, format string, l Launch) error {
 			Env           map[string]string      `json:"env,omitempty"`
 			GPUs          string                 `json:"cuda_visible_devices,omitempty"`
 			Params        map[string]interface{} `json:"params"`
-		}{l.Engine.Name, l.Study, l.Trial, l.Score, l.ScoreReason, l.Measured, l.Version, l.ModelRevision, date(l.Created),
+		}{l.Engine.Name, l.Study, l.Trial, l.Score, l.ScoreReason, l.Confirmed, l.Measured, l.Version, l.ModelRevision, date(l.Created),
 			l.APIKeyEnv, l.Command, model, l.Flags, l.Env, l.GPUs, l.Params})
 	}
 	return fmt.Errorf("unknown format %q (valid: %s)", format, strings.Join(Formats, ", "))
@@ -167,6 +171,9 @@ func header(w io.Writer, l Launch) {
 		score += " (" + l.ScoreReason + ")"
 	}
 	row("score", score)
+	if l.Confirmed != "" {
+		row("confirmed", l.Confirmed)
+	}
 	if m := l.Measured; m != nil {
 		row("measured", fmt.Sprintf("%.1f output tok/s at concurrency %d, TTFT p99 %.3f s", m.OutputTokS, m.Concurrency, m.TTFTP99))
 	}

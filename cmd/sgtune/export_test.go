@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sgtune/sgtune/search"
 	"github.com/sgtune/sgtune/storage"
 )
 
@@ -128,8 +129,18 @@ func TestCommandsFollowTheDeclaredWinner(t *testing.T) {
 	if code, out := cli(t, nil, nil, "export", "--storage", db, "-o", script); code != 0 {
 		t.Fatalf("export: exit %d\n%s", code, out)
 	}
-	if body, err := os.ReadFile(script); err != nil || !strings.Contains(string(body), "#   trial:          1\n") {
-		t.Errorf("export wrote trial other than the winner 1 (%v):\n%s", err, body)
+	if body, err := os.ReadFile(script); err != nil || !strings.Contains(string(body), "#   trial:          1\n") ||
+		!strings.Contains(string(body), "#   confirmed:      pooled 1850.00 over 2 runs, spread 100.00\n") {
+		t.Errorf("export wrote trial other than the winner 1, or without its confirmation (%v):\n%s", err, body)
+	}
+	// best --json carries the confirmation beside the trial's own fields.
+	code, out := cli(t, nil, nil, "best", "--storage", db, "--json")
+	var doc struct {
+		Number    int            `json:"number"`
+		Confirmed *search.Winner `json:"confirmed"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || doc.Number != 1 || doc.Confirmed == nil || doc.Confirmed.Pooled != 1850 {
+		t.Errorf("best --json: exit %d, %v, %+v:\n%s", code, err, doc, out)
 	}
 	for _, tt := range []struct{ cmd, want string }{
 		{"best", "study rescore: best trial 1, score 1800.00\nconfirmed: pooled 1850.00 over 2 runs, spread 100.00: best pooled score 1850.0 over 2 runs\n"},

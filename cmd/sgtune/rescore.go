@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"text/tabwriter"
 
@@ -15,18 +16,27 @@ import (
 	"github.com/sgtune/sgtune/storage"
 )
 
-// rescored is one trial ranked again.
+// rescored is one config ranked again: a trial, pooled with the
+// confirmation runs that measured its config again.
 type rescored struct {
-	Trial    int                    `json:"trial"`
-	Params   map[string]interface{} `json:"params"`
-	OldRank  int                    `json:"old_rank,omitempty"` // 0: did not count
-	OldScore *float64               `json:"old_score"`
-	OldOK    bool                   `json:"old_ok"`
-	NewRank  int                    `json:"new_rank,omitempty"`
-	NewScore float64                `json:"new_score"`
-	NewOK    bool                   `json:"new_ok"`
-	Reason   string                 `json:"reason"`
-	Requests int                    `json:"requests"` // stored request records read
+	Trial  int                    `json:"trial"`
+	Params map[string]interface{} `json:"params"`
+	// Runs are the trials pooled in the scores, the trial first, when the
+	// config was measured more than once (confirmation runs).
+	Runs     []int    `json:"runs,omitempty"`
+	OldRank  int      `json:"old_rank,omitempty"` // 0: did not count
+	OldScore *float64 `json:"old_score"`
+	OldOK    bool     `json:"old_ok"`
+	NewRank  int      `json:"new_rank,omitempty"`
+	// NewScore is the config's new score: with runs, their mean, a run
+	// that misses the new SLO or gates counting 0 (as a confirmation
+	// pools them).
+	NewScore float64 `json:"new_score"`
+	// Spread is the range of the runs' new scores (with runs).
+	Spread   float64 `json:"spread,omitempty"`
+	NewOK    bool    `json:"new_ok"`
+	Reason   string  `json:"reason"`
+	Requests int     `json:"requests"` // stored request records read
 }
 
 func (a *app) rescoreCmd() *cobra.Command {
@@ -49,7 +59,10 @@ goodput counts only the tokens of requests that met every bound themselves.
 The new score starts from the study's stored score spec when the run stored
 it (else output_tok_s at the highest measured level) and replaces what the
 flags give: --slo (repeatable; 'none' drops every SLO), --concurrency and
---metric. It prints the new ranking beside the old one and changes nothing.`,
+--metric. It prints the new ranking beside the old one and changes nothing. A config the
+study confirmed (measured again before declaring its winner) ranks on the mean
+of its runs, a run that misses the new SLO counting 0, as the winner was
+declared; the old winner is the one the study declared.`,
 		Example: `  sgtune rescore --slo 'ttft p99 < 1s'
   sgtune rescore --slo 'ttft p99 < 500ms' --slo 'latency p99 < 20s' --concurrency 16
   sgtune rescore --metric goodput --slo 'ttft p90 < 0.8s' --json`,
@@ -111,7 +124,11 @@ flags give: --slo (repeatable; 'none' drops every SLO), --concurrency and
 			if stored {
 				was = " (the run scored " + specText(old) + ")"
 			}
-			printRescore(a.stdout, d.name, specText(spec)+was, rows, len(d.recs))
+			declared := -1
+			if b, ok := d.best(); ok {
+				declared = b.Number
+			}
+			printRescore(a.stdout, d.name, specText(spec)+was, rows, len(d.recs), declared)
 			return nil
 		},
 	}
@@ -126,8 +143,21 @@ flags give: --slo (repeatable; 'none' drops every SLO), --concurrency and
 
 // rescore scores every complete trial of d with spec and ranks old and new.
 func rescore(d *studyData, spec objective.ScoreSpec) ([]rescored, error) {
-	var rows []rescored
+	type run struct {
+		rec      search.Record
+		requests int
+		new      float64
+		newOK    bool
+		why      string
+	}
+	var runs []run
+	complete := map[int]bool{}
 	for _, r := range d.recs {
+		if r.State == search.StateFailed && r.ConfirmOf != nil {
+			// A confirmation run that failed counts 0 in its config's pool.
+			runs = append(runs, run{rec: r, why: "the run failed: " + r.FailureClass})
+			continue
+		}
 		if r.State != search.StateComplete {
 			continue
 		}
@@ -136,8 +166,65 @@ func rescore(d *studyData, spec objective.ScoreSpec) ([]rescored, error) {
 			return nil, err
 		}
 		v, ok, why := objective.Score(spec, res)
-		rows = append(rows, rescored{Trial: r.Number, Params: r.Params, OldScore: r.Score, OldOK: r.ScoreOK && r.Score != nil,
-			NewScore: v, NewOK: ok, Reason: why, Requests: n})
+		runs = append(runs, run{rec: r, requests: n, new: v, newOK: ok, why: why})
+		complete[r.Number] = true
+	}
+	// A confirmation run joins the row of the trial whose config it
+	// measured again.
+	var rows []rescored
+	pooled := map[int][]run{}
+	for _, x := range runs {
+		first := x.rec.Number
+		switch c := x.rec.ConfirmOf; {
+		case c != nil && complete[*c]:
+			first = *c
+		case x.rec.State != search.StateComplete:
+			continue // a failed run of a config that has no row
+		default:
+			rows = append(rows, rescored{Trial: first, Params: x.rec.Params})
+		}
+		pooled[first] = append(pooled[first], x)
+	}
+	for i := range rows {
+		rs := pooled[rows[i].Trial]
+		r := &rows[i]
+		if len(rs) == 1 {
+			x := rs[0]
+			r.OldScore, r.OldOK = x.rec.Score, x.rec.ScoreOK && x.rec.Score != nil
+			r.NewScore, r.NewOK, r.Reason, r.Requests = x.new, x.newOK, x.why, x.requests
+			continue
+		}
+		// Pooled as a confirmation pools: the mean over the runs, a run
+		// that missed counting 0.
+		var old float64
+		missed := 0
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, x := range rs {
+			v := 0.0
+			if x.newOK {
+				v = x.new
+			}
+			lo, hi = math.Min(lo, v), math.Max(hi, v)
+			r.Runs = append(r.Runs, x.rec.Number)
+			r.Requests += x.requests
+			if x.rec.ScoreOK && x.rec.Score != nil {
+				old += *x.rec.Score / float64(len(rs))
+				r.OldOK = true
+			}
+			if x.newOK {
+				r.NewScore += x.new / float64(len(rs))
+				r.NewOK = true
+				continue
+			}
+			missed++
+			if r.Reason == "" {
+				r.Reason = x.why
+			}
+		}
+		r.OldScore, r.Spread = &old, hi-lo
+		if missed > 0 && r.NewOK {
+			r.Reason = fmt.Sprintf("%d of %d runs miss, counted as 0: %s", missed, len(rs), r.Reason)
+		}
 	}
 	rank(rows, func(x rescored) (float64, bool) {
 		if x.OldScore == nil {
@@ -208,16 +295,22 @@ func storedResult(st *storage.Store, r search.Record) (*objective.Result, int, e
 	return res, len(reqs), nil
 }
 
-func printRescore(w io.Writer, study, spec string, rows []rescored, total int) {
+// printRescore prints the new ranking beside the old one; declared is the
+// trial the study declared best (-1: none).
+func printRescore(w io.Writer, study, spec string, rows []rescored, total, declared int) {
 	reqs := 0
 	for _, r := range rows {
 		reqs += r.Requests
 	}
-	fmt.Fprintf(w, "study %s: %d complete trials rescored from stored points and %d request records (%d other trials left out)\n",
-		study, len(rows), reqs, total-len(rows))
+	n := 0
+	for _, r := range rows {
+		n += max(1, len(r.Runs))
+	}
+	fmt.Fprintf(w, "study %s: %d configs (%d trials) rescored from stored points and %d request records (%d other trials left out)\n",
+		study, len(rows), n, reqs, total-n)
 	fmt.Fprintf(w, "new score: %s\n", spec)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NEW\tOLD\tTRIAL\tNEW SCORE\tVERDICT\tOLD SCORE\tPARAMS")
+	fmt.Fprintln(tw, "NEW\tOLD\tTRIAL\tRUNS\tNEW SCORE\tVERDICT\tOLD SCORE\tPARAMS")
 	for _, r := range rows {
 		verdict := "meets"
 		if !r.NewOK {
@@ -233,28 +326,34 @@ func printRescore(w io.Writer, study, spec string, rows []rescored, total int) {
 				old += " (missed)"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%s\t%s\t%s\n", rankText(r.NewRank), rankText(r.OldRank), r.Trial, r.NewScore, verdict, old,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f\t%s\t%s\t%s\n", rankText(r.NewRank), rankText(r.OldRank), r.Trial, max(1, len(r.Runs)), r.NewScore, verdict, old,
 			space.Params(r.Params).String())
 	}
 	tw.Flush()
-	var oldBest, newBest *rescored
+	var newBest, was *rescored
 	for i := range rows {
-		if rows[i].OldRank == 1 {
-			oldBest = &rows[i]
-		}
 		if rows[i].NewRank == 1 {
 			newBest = &rows[i]
+		}
+		if rows[i].Trial == declared {
+			was = &rows[i]
 		}
 	}
 	switch {
 	case newBest == nil:
 		fmt.Fprintln(w, "winner: none; no trial meets the new score's SLOs and gates")
-	case oldBest != nil && oldBest.Trial == newBest.Trial:
+	case newBest.Trial == declared:
 		fmt.Fprintf(w, "winner unchanged: trial %d\n", newBest.Trial)
-	case oldBest != nil:
-		fmt.Fprintf(w, "winner: trial %d (was trial %d)\n", newBest.Trial, oldBest.Trial)
+	case was != nil && was.NewOK && newBest.NewScore-was.NewScore < math.Max(newBest.Spread, was.Spread):
+		fmt.Fprintf(w, "winner: trial %d, %.1f above the study's declared trial %d: within the measured spread %.1f, no measured difference\n",
+			newBest.Trial, newBest.NewScore-was.NewScore, declared, math.Max(newBest.Spread, was.Spread))
+	case declared >= 0:
+		fmt.Fprintf(w, "winner: trial %d (the study declared trial %d)\n", newBest.Trial, declared)
 	default:
 		fmt.Fprintf(w, "winner: trial %d (no trial counted before)\n", newBest.Trial)
+	}
+	if n > len(rows) {
+		fmt.Fprintln(w, "a config measured more than once (RUNS > 1: confirmation runs) ranks on the mean of its runs, a run that misses counting 0")
 	}
 }
 

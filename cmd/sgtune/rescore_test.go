@@ -21,6 +21,9 @@ type fakeTrial struct {
 	name           string
 	tokS           float64
 	ttftLo, ttftHi float64
+	// rerunOf, when set, makes the trial a confirmation run of that trial
+	// (same config).
+	rerunOf *int
 }
 
 // seedStudy stores a study as a run would: trials with their config,
@@ -67,7 +70,12 @@ func seedStudy(t *testing.T, dir string, trials []fakeTrial, studyAttrs map[stri
 		if !ok {
 			t.Fatal("launch not counted")
 		}
-		must(st.SetTrialParam(id, "config", float64(i), goptuna.CategoricalDistribution{Choices: choices}))
+		cfg := i
+		if tr.rerunOf != nil {
+			cfg = *tr.rerunOf
+			must(st.SetTrialSystemAttr(id, storage.AttrConfirmOf, strconv.Itoa(cfg)))
+		}
+		must(st.SetTrialParam(id, "config", float64(cfg), goptuna.CategoricalDistribution{Choices: choices}))
 		const n, dur = 64, 10.0
 		var ttfts []float64
 		var recs []storage.RequestRecord
@@ -87,7 +95,7 @@ func seedStudy(t *testing.T, dir string, trials []fakeTrial, studyAttrs map[stri
 		attrs := map[string]string{
 			"sgtune.state": "complete", "sgtune.score": strconv.FormatFloat(v, 'g', -1, 64),
 			"sgtune.score_ok": strconv.FormatBool(ok), "sgtune.score_reason": why,
-			"sgtune.config":         fmt.Sprintf(`{"flags":["--model-path","m","--mem-fraction-static","0.%d"]}`, 80+i),
+			"sgtune.config":         fmt.Sprintf(`{"flags":["--model-path","m","--mem-fraction-static","0.%d"]}`, 80+cfg),
 			"sgtune.engine_version": "v0.5.21",
 			"sgtune.result":         `{"medians":{"64":{"repeats":1,"output_tok_s":` + strconv.FormatFloat(tr.tokS, 'f', 1, 64) + `,"ttft_p99_s":` + strconv.FormatFloat(p.TTFT.P99, 'f', 3, 64) + `}}}`,
 		}
@@ -185,8 +193,56 @@ func TestRescoreStricterSLOChangesRanking(t *testing.T) {
 
 	// The table names the new winner beside the old one.
 	code, out := cli(t, nil, nil, "rescore", "--storage", db, "--slo", "ttft p99 < 1s")
-	if code != 0 || !strings.Contains(out, "winner: trial 1 (was trial 0)") || !strings.Contains(out, "NEW  OLD  TRIAL") {
+	if code != 0 || !strings.Contains(out, "winner: trial 1 (the study declared trial 0)") || !strings.Contains(out, "NEW  OLD  TRIAL") {
 		t.Errorf("rescore table: exit %d\n%s", code, out)
+	}
+}
+
+// A config the study confirmed ranks on its runs pooled, as its winner was
+// declared: fast's single 2,000 does not beat steady's confirmed 1,850,
+// and solo's single 1,870 is within steady's measured spread.
+func TestRescorePoolsConfirmationRuns(t *testing.T) {
+	zero, one := 0, 1
+	trials := []fakeTrial{
+		{name: "fast", tokS: 2000, ttftLo: 0.2, ttftHi: 1.6},
+		{name: "steady", tokS: 1800, ttftLo: 0.2, ttftHi: 0.6},
+		{name: "solo", tokS: 1870, ttftLo: 0.2, ttftHi: 0.6},
+		{name: "fast again", tokS: 1500, ttftLo: 0.2, ttftHi: 0.6, rerunOf: &zero},
+		{name: "steady again", tokS: 1900, ttftLo: 0.2, ttftHi: 0.6, rerunOf: &one},
+	}
+	winner := `{"trial":1,"pooled":1850,"spread":100,"runs":[{"trial":1,"score":1800,"ok":true},{"trial":4,"score":1900,"ok":true}],` +
+		`"candidates":[{"trial":1,"pooled":1850,"spread":100,"runs":[{"trial":1,"score":1800,"ok":true},{"trial":4,"score":1900,"ok":true}]},` +
+		`{"trial":0,"pooled":1750,"spread":500,"runs":[{"trial":0,"score":2000,"ok":true},{"trial":3,"score":1500,"ok":true}]}],"reason":"best pooled"}`
+	db := seedStudy(t, t.TempDir(), trials, map[string]string{storage.AttrWinner: winner})
+
+	same := rescoreJSON(t, "--storage", db, "--slo", "ttft p99 < 2s")
+	if got := ranking(same); fmt.Sprint(got) != "[2 1 0]" {
+		t.Fatalf("same SLO: ranking %v, want [2 1 0] (configs, pooled)", got)
+	}
+	for _, r := range same.Trials {
+		want := map[int]string{0: "[0 3] 1750 500", 1: "[1 4] 1850 100", 2: "[] 1870 0"}[r.Trial]
+		if got := fmt.Sprintf("%v %.0f %.0f", r.Runs, r.NewScore, r.Spread); got != want || r.OldScore == nil || *r.OldScore != r.NewScore || r.OldRank != r.NewRank {
+			t.Errorf("trial %d: runs, pooled score and spread %q, want %q; %+v", r.Trial, got, want, r)
+		}
+		if wantReqs := 64 * max(1, len(r.Runs)); r.Requests != wantReqs {
+			t.Errorf("trial %d: %d request records read, want %d", r.Trial, r.Requests, wantReqs)
+		}
+	}
+
+	// Under TTFT p99 < 1 s fast's first run misses: it counts 0 in the pool.
+	strict := rescoreJSON(t, "--storage", db, "--slo", "ttft p99 < 1s")
+	for _, r := range strict.Trials {
+		if r.Trial == 0 && (!r.NewOK || r.NewScore != 750 || !strings.Contains(r.Reason, "1 of 2 runs miss")) {
+			t.Errorf("fast under ttft p99 < 1s: want pooled 750 with one run missing; %+v", r)
+		}
+	}
+
+	code, out := cli(t, nil, nil, "rescore", "--storage", db, "--slo", "ttft p99 < 2s")
+	for _, want := range []string{"3 configs (5 trials) rescored",
+		"winner: trial 2, 20.0 above the study's declared trial 1: within the measured spread 100.0, no measured difference"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("rescore table: exit %d, lacks %q\n%s", code, want, out)
+		}
 	}
 }
 

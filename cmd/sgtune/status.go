@@ -77,7 +77,16 @@ func (a *app) bestCmd() *cobra.Command {
 				return fmt.Errorf("study %s has no complete trial that meets its SLO and gates yet (%d trials; see `sgtune status`)", d.name, len(d.recs))
 			}
 			if asJSON {
-				return writeJSON(a.stdout, b)
+				doc := struct {
+					search.Record
+					// Confirmed is the declared winner's confirmation: its
+					// pooled score, spread and runs (absent before one).
+					Confirmed *search.Winner `json:"confirmed,omitempty"`
+				}{Record: b}
+				if w := d.winner; w != nil && w.Holds(d.recs) && w.Trial == b.Number {
+					doc.Confirmed = w
+				}
+				return writeJSON(a.stdout, doc)
 			}
 			fmt.Fprintf(a.stdout, "study %s: best trial %d, score %.2f\n", d.name, b.Number, *b.Score)
 			if d.winnerErr != nil {
@@ -131,8 +140,9 @@ into the file.
 Every flag is checked against the engine's flag schema first (the bundled
 schema of the study's engine version, or --flags-schema FILE); an unknown flag
 or a bad value exits 2 naming the flag and the closest valid one, and nothing
-is written. The header records the study, trial, score, throughput and TTFT p99
-at the scored level, engine version, model revision (when stored) and date.`,
+is written. The header records the study, trial, score (for the declared
+winner also its pooled confirmation runs), throughput and TTFT p99 at the
+scored level, engine version, model revision (when stored) and date.`,
 		Example: `  sgtune export --format bash -o best-launch.sh
   sgtune export --trial 7 --format json
   sgtune export --command "sglang serve" -o launch.sh
@@ -187,6 +197,9 @@ at the scored level, engine version, model revision (when stored) and date.`,
 			}
 			if rec.Score != nil {
 				l.Score = *rec.Score
+			}
+			if w := d.winner; w != nil && w.Holds(d.recs) && w.Trial == rec.Number {
+				l.Confirmed = strings.TrimPrefix(w.Confirmed(), "confirmed: ")
 			}
 			switch {
 			case command != "":
