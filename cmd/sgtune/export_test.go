@@ -167,3 +167,28 @@ func TestUnreadableWinner(t *testing.T) {
 		t.Errorf("report with an unreadable winner: exit 0\n%s", out)
 	}
 }
+
+// A stored winner that no longer holds (a search trial came after it, as
+// when a study resumes with a larger budget) is not quoted beside the best
+// trial that the commands name instead.
+func TestStaleWinnerNotQuoted(t *testing.T) {
+	dir := t.TempDir()
+	win := `{"trial":1,"pooled":1850,"spread":100,"runs":[{"trial":1,"score":1800,"ok":true}],"flags":2,"reason":"best pooled"}`
+	db := seedStudy(t, dir, rankingTrials, map[string]string{storage.AttrWinner: win})
+	for _, tt := range []struct{ cmd, want string }{
+		{"best", "study rescore: best trial 0, score 2000.00\n"},
+		{"status", "best: trial 0 (score 2000.00)\n"},
+	} {
+		code, out := cli(t, nil, nil, tt.cmd, "--storage", db)
+		if code != 0 || !strings.Contains(out, tt.want) || strings.Contains(out, "confirmed") {
+			t.Errorf("%s: exit %d, want %q and no confirmation:\n%s", tt.cmd, code, tt.want, out)
+		}
+	}
+	script := filepath.Join(dir, "best.sh")
+	if code, out := cli(t, nil, nil, "export", "--storage", db, "-o", script); code != 0 {
+		t.Fatalf("export: exit %d\n%s", code, out)
+	}
+	if body, err := os.ReadFile(script); err != nil || strings.Contains(string(body), "confirmed") {
+		t.Errorf("export quotes a stale confirmation (%v):\n%s", err, body)
+	}
+}

@@ -82,17 +82,14 @@ func (a *app) bestCmd() *cobra.Command {
 					// Confirmed is the declared winner's confirmation: its
 					// pooled score, spread and runs (absent before one).
 					Confirmed *search.Winner `json:"confirmed,omitempty"`
-				}{Record: b}
-				if w := d.winner; w != nil && w.Holds(d.recs) && w.Trial == b.Number {
-					doc.Confirmed = w
-				}
+				}{Record: b, Confirmed: d.confirmation(b)}
 				return writeJSON(a.stdout, doc)
 			}
 			fmt.Fprintf(a.stdout, "study %s: best trial %d, score %.2f\n", d.name, b.Number, *b.Score)
 			if d.winnerErr != nil {
 				fmt.Fprintf(a.stderr, "warning: %v\n", d.winnerErr)
 			}
-			if w := d.winner; w != nil {
+			if w := d.confirmation(b); w != nil {
 				fmt.Fprintf(a.stdout, "%s: %s\n", w.Confirmed(), w.Reason)
 			}
 			fmt.Fprintf(a.stdout, "params: %s\n", space.Params(b.Params).String())
@@ -198,7 +195,7 @@ scored level, engine version, model revision (when stored) and date.`,
 			if rec.Score != nil {
 				l.Score = *rec.Score
 			}
-			if w := d.winner; w != nil && w.Holds(d.recs) && w.Trial == rec.Number {
+			if w := d.confirmation(rec); w != nil {
 				l.Confirmed = strings.TrimPrefix(w.Confirmed(), "confirmed: ")
 			}
 			switch {

@@ -190,6 +190,15 @@ func (d *studyData) best() (search.Record, bool) {
 	return search.Declared(d.winner, d.recs)
 }
 
+// confirmation returns the study's declared winner when rec is its trial
+// (nil otherwise: no winner that holds, or another trial).
+func (d *studyData) confirmation(rec search.Record) *search.Winner {
+	if w := d.winner; w != nil && w.Trial == rec.Number {
+		return w
+	}
+	return nil
+}
+
 // bestLine is the one-line summary of the declared best trial, as `status`
 // prints it.
 func (d *studyData) bestLine() string {
@@ -198,7 +207,7 @@ func (d *studyData) bestLine() string {
 	switch {
 	case !ok:
 		line = "none yet (no complete trial meets the SLO and gates)"
-	case d.winner != nil:
+	case d.confirmation(b) != nil:
 		line = fmt.Sprintf("trial %d (%s)", b.Number, d.winner.Confirmed())
 	default:
 		line = fmt.Sprintf("trial %d (score %.2f)", b.Number, *b.Score)
