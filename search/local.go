@@ -41,6 +41,9 @@ type local struct {
 	// form for the trial (nil: none, the model proposes).
 	next func(trial goptuna.FrozenTrial) (map[string]float64, error)
 
+	// all hands every trial to next, not only the odd ones.
+	all bool
+
 	mu     sync.Mutex
 	chosen map[int]map[string]float64 // by trial ID; nil value: the model's
 }
@@ -71,8 +74,9 @@ func (l *local) Sample(study *goptuna.Study, trial goptuna.FrozenTrial, name str
 	return l.model.Sample(study, trial, name, dist)
 }
 
-// skip reports whether trial number n goes to the model: the even ones.
-func (l *local) skip(n int) bool { return n%2 == 0 }
+// skip reports whether trial number n goes to the model: the even ones
+// (none with all).
+func (l *local) skip(n int) bool { return !l.all && n%2 == 0 }
 
 // neighbour returns a neighbour of the best measured config for trial number n
 // in goptuna's internal form (nil when nothing is measured yet or every
@@ -89,15 +93,22 @@ func (r *runner) neighbour(n int) (map[string]float64, error) {
 	if !ok {
 		return nil, nil
 	}
+	rng := rand.New(rand.NewPCG(uint64(r.st.Budget.Seed), uint64(n)))
+	return neighbourOf(r.st, lead.Params, recs, rng, r.proposable(recs))
+}
+
+// proposable returns whether a config may be proposed now: the study does not
+// know it (measured, running, failed or rejected), the engine's rules with
+// what the study learned accept it, and it lies in no crash region.
+func (r *runner) proposable(recs []Record) func(space.Params) bool {
 	known := map[string]bool{}
 	for _, rec := range recs {
 		if rec.ConfigKey != "" {
 			known[rec.ConfigKey] = true
 		}
 	}
-	rng := rand.New(rand.NewPCG(uint64(r.st.Budget.Seed), uint64(n)))
 	regions := crashRegions(r.st, recs)
-	open := func(p space.Params) bool {
+	return func(p space.Params) bool {
 		cfg, err := r.st.Resolve(p, r.learned)
 		if err != nil || known[configKey(cfg)] || len(r.st.Check(cfg)) > 0 {
 			return false
@@ -109,7 +120,20 @@ func (r *runner) neighbour(n int) (map[string]float64, error) {
 		}
 		return true
 	}
-	return neighbourOf(r.st, lead.Params, recs, rng, open)
+}
+
+// thompson returns the Thompson-sampling proposal for trial number n (see
+// tsSpace), enumerating the space on first use.
+func (r *runner) thompson(n int) (map[string]float64, error) {
+	r.tsOnce.Do(func() { r.ts, r.tsErr = newTSSpace(r.st) })
+	if r.tsErr != nil {
+		return nil, r.tsErr
+	}
+	recs, err := Records(r.store, r.st.Name)
+	if err != nil {
+		return nil, err
+	}
+	return r.ts.thompson(r.st, recs, r.st.Budget.Seed, n, r.proposable(recs))
 }
 
 // neighbourOf returns, in goptuna's internal form, a config that differs

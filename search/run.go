@@ -97,10 +97,15 @@ type runner struct {
 	backend Backend
 	study   *goptuna.Study
 	learned *predictor
-	owner   string // host:pid, stored with every trial this process runs
-	host    string
-	apiKey  string
-	uid     string // the study's random id, part of every server's tag
+	// ts is the enumerated space of the "bayes" sampler, built on first
+	// use.
+	ts     *tsSpace
+	tsErr  error
+	tsOnce sync.Once
+	owner  string // host:pid, stored with every trial this process runs
+	host   string
+	apiKey string
+	uid    string // the study's random id, part of every server's tag
 	// spaceSize is the number of distinct configs (0 = unknown, e.g.
 	// continuous params); once every one was tried, the study is done.
 	spaceSize int
@@ -232,7 +237,7 @@ func (r *runner) slots() ([][]int, error) {
 // open builds the sampler, loads or creates the stored study, records what
 // it is and, with Slurm, connects the backend.
 func (r *runner) open(ctx context.Context, target objective.Target) error {
-	smp, gridSize, err := newSampler(r.st, r.repeated, r.neighbour)
+	smp, gridSize, err := newSampler(r.st, r.repeated, r.neighbour, r.thompson)
 	r.gridSize = gridSize
 	if err != nil {
 		return errext.Bad(fmt.Errorf("%s: budget.sampler: %w", r.st.Path, err))

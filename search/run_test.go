@@ -312,20 +312,25 @@ func TestStoreFailureEndsTrial(t *testing.T) {
 // TestParallelNeverSameConfigAtOnce: with two GPU groups and a space of
 // two configs, no config ever runs twice at the same time.
 func TestParallelNeverSameConfigAtOnce(t *testing.T) {
-	st, store, _ := openFake(t, "low: 64, high: 512", "low: 512, high: 512", "trials: 6", "trials: 2")
-	// Measurements end together, once both workers had time to start, so
-	// the second worker proposes while the first config runs.
-	b := &fakeBackend{gate: make(chan struct{})}
-	time.AfterFunc(300*time.Millisecond, func() { close(b.gate) })
-	sum, err, _ := runFake(t, context.Background(), st, store, b, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.maxSame > 1 {
-		t.Errorf("a config ran %d times at once", b.maxSame)
-	}
-	if c := states(sum.Records); c[StateComplete] != 2 {
-		t.Errorf("states %v, launches %q", c, b.launches)
+	for _, smp := range []string{"random", "tpe", "bayes"} {
+		t.Run(smp, func(t *testing.T) {
+			st, store, _ := openFake(t, "low: 64, high: 512", "low: 512, high: 512", "trials: 6", "trials: 2", "sampler: random", "sampler: "+smp)
+			// Measurements end together, once both workers had time to
+			// start, so the second worker proposes while the first config
+			// runs.
+			b := &fakeBackend{gate: make(chan struct{})}
+			time.AfterFunc(300*time.Millisecond, func() { close(b.gate) })
+			sum, err, _ := runFake(t, context.Background(), st, store, b, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.maxSame > 1 {
+				t.Errorf("a config ran %d times at once", b.maxSame)
+			}
+			if c := states(sum.Records); c[StateComplete] != 2 {
+				t.Errorf("states %v, launches %q", c, b.launches)
+			}
+		})
 	}
 }
 

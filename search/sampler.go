@@ -18,7 +18,8 @@ import (
 // are keyed by trial number inside the sampler, so a resumed study with
 // the same stored trials proposes what it would have. repeated tells
 // whether the last proposal repeated a known config (see escape).
-func newSampler(st *space.Study, repeated func() bool, neighbour func(trialNumber int) (map[string]float64, error)) (goptuna.Sampler, int, error) {
+// thompson proposes every trial of the "bayes" sampler (see tsSpace).
+func newSampler(st *space.Study, repeated func() bool, neighbour, thompson func(trialNumber int) (map[string]float64, error)) (goptuna.Sampler, int, error) {
 	opts := []sampler.Option{sampler.WithClassifier(classify)}
 	var points []map[string]float64
 	if st.Budget.Sampler == "grid" {
@@ -33,9 +34,16 @@ func newSampler(st *space.Study, repeated func() bool, neighbour func(trialNumbe
 			return !retry
 		}))
 	}
-	s, err := sampler.New(st.Budget.Sampler, st.Budget.Seed, opts...)
+	name := st.Budget.Sampler
+	if name == "bayes" {
+		name = "random" // where Thompson sampling has no proposal
+	}
+	s, err := sampler.New(name, st.Budget.Seed, opts...)
 	if err != nil {
 		return nil, 0, err
+	}
+	if st.Budget.Sampler == "bayes" && thompson != nil {
+		s = &local{model: s, all: true, next: func(t goptuna.FrozenTrial) (map[string]float64, error) { return thompson(t.Number) }}
 	}
 	if ourModel[st.Budget.Sampler] && neighbour != nil {
 		s = &local{model: s, next: func(t goptuna.FrozenTrial) (map[string]float64, error) { return neighbour(t.Number) }}

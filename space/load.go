@@ -37,11 +37,14 @@ var (
 	// declared.
 	DefaultConfirm        = 3
 	DefaultStartupTimeout = 20 * time.Minute
+	// MaxBayesConfigs bounds the space sampler bayes enumerates.
+	MaxBayesConfigs = 200000
 	// Samplers are the values budget.sampler accepts (search/sampler's
-	// names; a test keeps the two lists equal): tpe (ours), tpe-univariate,
-	// random, grid (the space in order, a baseline) and goptuna-tpe
-	// (goptuna's own, a baseline).
-	Samplers = []string{"goptuna-tpe", "grid", "random", "tpe", "tpe-univariate"}
+	// names and the search's own bayes; a test keeps the lists equal): tpe
+	// (ours), bayes (Thompson sampling over a finite space, ours),
+	// tpe-univariate, random, grid (the space in order, a baseline) and
+	// goptuna-tpe (goptuna's own, a baseline).
+	Samplers = []string{"bayes", "goptuna-tpe", "grid", "random", "tpe", "tpe-univariate"}
 )
 
 // Load reads and validates a study file. Every problem is reported as
@@ -1109,6 +1112,15 @@ func (d *dec) budget(st *Study, top *mapNode) {
 	m.duration("timeout", &b.Timeout)
 	if m.str("sampler", &b.Sampler) && !slices.Contains(Samplers, b.Sampler) {
 		m.failKey("sampler", "%q; valid: %s", b.Sampler, strings.Join(Samplers, ", "))
+	}
+	if b.Sampler == "bayes" {
+		// Thompson sampling scores every config of the space.
+		switch n, finite := st.Bound(); {
+		case !finite:
+			m.failKey("sampler", `"bayes" needs a finite space: give every float param a step, or use tpe`)
+		case n > float64(MaxBayesConfigs):
+			m.failKey("sampler", `"bayes" scores every config, and the space has up to %.0f (more than %d); use tpe`, n, MaxBayesConfigs)
+		}
 	}
 	var seed int
 	if m.int("seed", &seed) {

@@ -24,7 +24,8 @@ import (
 // method is a search method under test: sgtune's study loop itself
 // (search.Run: duplicate checks, crash regions, learned feasibility,
 // pruning) with one of its samplers, or a baseline: a sampler in the plain
-// loop the peer tools run (see baseline).
+// loop the peer tools run (see baseline). An empty Sampler is the study's
+// own budget.sampler: what a user running the study gets.
 type method struct {
 	Name, Sampler string
 	Baseline      bool
@@ -32,7 +33,8 @@ type method struct {
 
 // methods are those the comparison runs: ours, and the baselines.
 var methods = []method{
-	{Name: "ours", Sampler: "tpe"},
+	{Name: "ours"},
+	{Name: "ours_bayes", Sampler: "bayes"},
 	{Name: "ours_random", Sampler: "random"},
 	{Name: "random", Sampler: "random", Baseline: true},
 	{Name: "goptuna_tpe", Sampler: "goptuna-tpe", Baseline: true},
@@ -152,7 +154,10 @@ func (c *comparison) search(ctx context.Context, m method, seed int, index map[s
 	ls := c.Landscape
 	run := searchRun{Method: m.Name, Seed: seed, TrialsTo97: c.Budget + 1, FoundTo97: c.Budget + 1}
 	st := *c.Study
-	st.Budget.Sampler, st.Budget.Seed, st.Budget.Trials = m.Sampler, int64(seed), c.Budget
+	if m.Sampler != "" {
+		st.Budget.Sampler = m.Sampler
+	}
+	st.Budget.Seed, st.Budget.Trials = int64(seed), c.Budget
 	st.Budget.Confirm, st.Budget.Parallel, st.Budget.Timeout = 0, 1, 0
 	dir, err := os.MkdirTemp("", "bench-search-")
 	if err != nil {

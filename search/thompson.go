@@ -1,0 +1,478 @@
+package search
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sgtune/sgtune/space"
+)
+
+// Thompson sampling over a finite space (budget.sampler "bayes"): a
+// Bayesian linear model of log score with one-hot main effects and every
+// pairwise product of two params' values, each coefficient with a Gaussian
+// prior (main effects wide, products narrow: a product is believed only
+// when the data ask for it), fitted to the measured trials. A proposal
+// draws one coefficient vector from the posterior and takes the best
+// config under it that the study does not know and the engine's rules and
+// the crash regions allow (Russo et al., "A Tutorial on Thompson
+// Sampling", 2018, §7 for linear models). The products matter: with CUDA
+// graphs off the speculative settings behave otherwise than with them on,
+// and main effects alone put a mediocre family first.
+//
+// Every candidate is enumerated, so the space must be finite (every float
+// param with a step); the statically rejected configs are dropped once.
+
+// Prior standard deviations of the coefficients (log-score units) and the
+// noise of one measurement.
+const (
+	tsMainSD  = 0.7
+	tsPairSD  = 0.2
+	tsNumSD   = 1.0
+	tsNoiseSD = 0.1
+)
+
+// tsSpace is the enumerated space with each config's features.
+type tsSpace struct {
+	cands []tsCand
+	// values maps a region param's value to its one-hot feature; pairs a
+	// product of two one-hot features to its feature.
+	values map[literal]int
+	pairs  map[[2]int]int
+	// numeric params (not one-hot): their feature (x, then x² next to it)
+	// and range.
+	numeric []tsNumeric
+	nfeat   int
+	// main counts the one-hot and numeric features; the pairs come after.
+	main int
+}
+
+type tsNumeric struct {
+	name      string
+	low, high float64
+	feat      int
+}
+
+// tsCand is one statically feasible config.
+type tsCand struct {
+	params   space.Params
+	lits     []literal // values of the region params
+	internal map[string]float64
+	feats    []int
+	nums     []float64 // values of the numeric features, in numeric's order
+}
+
+// newTSSpace enumerates st's space.
+func newTSSpace(st *space.Study) (*tsSpace, error) {
+	if _, finite := st.Bound(); !finite {
+		return nil, errors.New(`sampler "bayes" needs a finite space (every float param needs a step)`)
+	}
+	s := &tsSpace{values: map[literal]int{}, pairs: map[[2]int]int{}}
+	for _, par := range st.Params {
+		if !regionParam(par) {
+			s.numeric = append(s.numeric, tsNumeric{name: par.Name, low: par.Low, high: par.High})
+		}
+	}
+	var err error
+	st.Enumerate(func(p space.Params) bool {
+		cfg, rerr := st.Resolve(p, nil)
+		if rerr != nil || len(st.Check(cfg)) > 0 {
+			return true
+		}
+		rec := &recorder{params: p, internal: map[string]float64{}}
+		if _, err = st.Suggest(rec); err != nil {
+			return false
+		}
+		s.cands = append(s.cands, tsCand{params: p, internal: rec.internal})
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(s.cands) == 0 {
+		return nil, errors.New(`sampler "bayes": every config of the space is rejected by the engine's rules`)
+	}
+	// Features: one-hot values first, then numeric, then the products.
+	names := regionNames(st)
+	for _, c := range s.cands {
+		for _, l := range literalsOf(c.params, names) {
+			if _, ok := s.values[l]; !ok {
+				s.values[l] = s.nfeat
+				s.nfeat++
+			}
+		}
+	}
+	for i := range s.numeric {
+		s.numeric[i].feat = s.nfeat
+		s.nfeat += 2
+	}
+	s.main = s.nfeat
+	for i := range s.cands {
+		s.cands[i].feats, s.cands[i].nums = s.features(s.cands[i].params, names, true)
+		s.cands[i].lits = literalsOf(s.cands[i].params, names)
+	}
+	return s, nil
+}
+
+// features returns a config's active one-hot and product features and its
+// numeric values (scaled to [-1, 1]); grow adds unseen products.
+func (s *tsSpace) features(p map[string]any, names []string, grow bool) ([]int, []float64) {
+	var one []int
+	for _, l := range literalsOf(p, names) {
+		if f, ok := s.values[l]; ok {
+			one = append(one, f)
+		}
+	}
+	slices.Sort(one)
+	feats := slices.Clone(one)
+	for i := range one {
+		for j := i + 1; j < len(one); j++ {
+			k := [2]int{one[i], one[j]}
+			f, ok := s.pairs[k]
+			if !ok {
+				if !grow {
+					continue
+				}
+				f = s.nfeat
+				s.pairs[k] = f
+				s.nfeat++
+			}
+			feats = append(feats, f)
+		}
+	}
+	nums := make([]float64, len(s.numeric))
+	for i, n := range s.numeric {
+		if v, ok := toFloat(p[n.name]); ok && n.high > n.low {
+			nums[i] = 2*(v-n.low)/(n.high-n.low) - 1
+		}
+	}
+	return feats, nums
+}
+
+// value is a config's predicted log score under coefficients theta (the
+// intercept last).
+func (s *tsSpace) value(feats []int, nums []float64, theta []float64) float64 {
+	v := theta[len(theta)-1]
+	for _, f := range feats {
+		v += theta[f]
+	}
+	for i, n := range s.numeric {
+		v += theta[n.feat]*nums[i] + theta[n.feat+1]*nums[i]*nums[i]
+	}
+	return v
+}
+
+// row is a config's full feature row (the intercept last).
+func (s *tsSpace) row(feats []int, nums []float64) []float64 {
+	x := make([]float64, s.nfeat+1)
+	for _, f := range feats {
+		x[f] = 1
+	}
+	for i, n := range s.numeric {
+		x[n.feat], x[n.feat+1] = nums[i], nums[i]*nums[i]
+	}
+	x[s.nfeat] = 1
+	return x
+}
+
+// priorSD is the prior standard deviation of feature f.
+func (s *tsSpace) priorSD(f int) float64 {
+	switch {
+	case f >= s.nfeat:
+		return 10 // the intercept: centred on the mean log score
+	case f >= s.main:
+		return tsPairSD
+	}
+	for _, n := range s.numeric {
+		if f == n.feat || f == n.feat+1 {
+			return tsNumSD
+		}
+	}
+	return tsMainSD
+}
+
+// draw returns one coefficient vector from the posterior given the
+// measured configs' feature rows xs and log scores ys.
+func (s *tsSpace) draw(xs [][]float64, ys []float64, rng *rand.Rand) ([]float64, error) {
+	p := s.nfeat + 1
+	mean := 0.0
+	for _, y := range ys {
+		mean += y / float64(len(ys))
+	}
+	prec := mat.NewSymDense(p, nil)
+	b := make([]float64, p)
+	for f := 0; f < p; f++ {
+		sd := s.priorSD(f)
+		prec.SetSym(f, f, 1/(sd*sd))
+	}
+	b[p-1] = mean / 100
+	w := 1 / (tsNoiseSD * tsNoiseSD)
+	for k, x := range xs {
+		var nz []int
+		for f, v := range x {
+			if v != 0 {
+				nz = append(nz, f)
+			}
+		}
+		for _, i := range nz {
+			b[i] += w * x[i] * ys[k]
+			for _, j := range nz {
+				if j >= i {
+					prec.SetSym(i, j, prec.At(i, j)+w*x[i]*x[j])
+				}
+			}
+		}
+	}
+	var chol mat.Cholesky
+	if !chol.Factorize(prec) {
+		return nil, errors.New("bayes: posterior precision is not positive definite")
+	}
+	m := mat.NewVecDense(p, nil)
+	if err := chol.SolveVecTo(m, mat.NewVecDense(p, b)); err != nil {
+		return nil, fmt.Errorf("bayes: posterior mean: %w", err)
+	}
+	// theta = m + L^-T z, with precision = L L^T: its covariance is the
+	// posterior's.
+	z := make([]float64, p)
+	for i := range z {
+		z[i] = rng.NormFloat64()
+	}
+	var l mat.TriDense
+	chol.LTo(&l)
+	u := mat.NewVecDense(p, nil)
+	if err := u.SolveVec(l.T(), mat.NewVecDense(p, z)); err != nil {
+		return nil, fmt.Errorf("bayes: posterior draw: %w", err)
+	}
+	theta := make([]float64, p)
+	for i := range theta {
+		theta[i] = m.AtVec(i) + u.AtVec(i)
+	}
+	return theta, nil
+}
+
+// thompson proposes for trial number n: the best config under one
+// posterior draw that open accepts, in goptuna's internal form (nil when
+// open accepts none).
+func (s *tsSpace) thompson(st *space.Study, recs []Record, seed int64, n int, open func(space.Params) bool) (map[string]float64, error) {
+	names := regionNames(st)
+	xs, ys := s.observations(recs, names)
+	rng := rand.New(rand.NewPCG(uint64(seed), uint64(n)^0x7468_6f6d_7073_6f6e))
+	theta, err := s.draw(xs, ys, rng)
+	if err != nil {
+		return nil, err
+	}
+	crash := sampleCrashCover(recs, names, rng)
+	order := make([]int, len(s.cands))
+	vals := make([]float64, len(s.cands))
+	for i, c := range s.cands {
+		order[i] = i
+		// A config the drawn rules say crashes is worth nothing.
+		vals[i] = math.Inf(-1)
+		if crash.runs(c.lits) {
+			vals[i] = s.value(c.feats, c.nums, theta)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmpFloat(vals[b], vals[a]) })
+	for _, i := range order {
+		if open(s.cands[i].params) {
+			return s.cands[i].internal, nil
+		}
+	}
+	return nil, nil
+}
+
+// observations returns the feature rows and log scores of the measured
+// trials: complete ones meeting the SLO, and pruned ones with the score
+// their last level predicts.
+func (s *tsSpace) observations(recs []Record, names []string) ([][]float64, []float64) {
+	type obs struct {
+		feats []int
+		nums  []float64
+		y     float64
+	}
+	var got []obs
+	for _, r := range recs {
+		y, ok := 0.0, false
+		switch {
+		case r.State == StateComplete && r.ScoreOK && r.Score != nil && *r.Score > 0:
+			y, ok = math.Log(*r.Score), true
+		case r.State == StatePruned:
+			y, ok = prunedScore(r, recs)
+		}
+		if ok {
+			feats, nums := s.features(r.Params, names, false)
+			got = append(got, obs{feats, nums, y})
+		}
+	}
+	xs, ys := make([][]float64, len(got)), make([]float64, len(got))
+	for i, o := range got {
+		xs[i], ys[i] = s.row(o.feats, o.nums), o.y
+	}
+	return xs, ys
+}
+
+// regionNames are the study's one-hot params (see regionParam).
+func regionNames(st *space.Study) []string {
+	var names []string
+	for _, par := range st.Params {
+		if regionParam(par) {
+			names = append(names, par.Name)
+		}
+	}
+	return names
+}
+
+// prunedScore is the log score a pruned trial predicts from the highest
+// level it measured: its tok/s there times the median ratio of score to
+// tok/s at that level among the complete trials that meet the SLO (false
+// when none measured the level).
+func prunedScore(r Record, recs []Record) (float64, bool) {
+	top, tokS := 0, 0.0
+	for c, m := range r.Medians() {
+		if c > top && m.OutputTokS > 0 {
+			top, tokS = c, m.OutputTokS
+		}
+	}
+	if top == 0 {
+		return 0, false
+	}
+	var ratios []float64
+	for _, o := range recs {
+		if o.State != StateComplete || !o.ScoreOK || o.Score == nil || *o.Score <= 0 {
+			continue
+		}
+		if m, ok := o.Medians()[top]; ok && m.OutputTokS > 0 {
+			ratios = append(ratios, *o.Score/m.OutputTokS)
+		}
+	}
+	if len(ratios) == 0 {
+		return 0, false
+	}
+	slices.Sort(ratios)
+	return math.Log(tokS * ratios[len(ratios)/2]), true
+}
+
+// Crash rules: a config crashes when it has every value of a rule, a
+// conjunction of one to three param values. The rules a study's failures
+// establish are drawn (Thompson sampling again) as a weighted set cover:
+// each failed config must match a rule, no config that ran may match one,
+// and a rule costs -log of its prior (longer rules are rarer), jittered
+// per draw; rules are taken greedily by cost per failure newly explained
+// (Occam: one value shared by three crashes explains them better than three
+// pairs). A config a drawn rule matches is not proposed; the next draw may
+// blame another value, so an unlucky explanation does not shut a value for
+// good.
+var crashRulePrior = [...]float64{1: 0.1, 2: 0.01, 3: 0.003}
+
+// crashJitter is the log-normal jitter of a rule's cost per draw.
+const crashJitter = 0.3
+
+type crashCover struct {
+	rules [][]literal
+}
+
+// sampleCrashCover draws the crash rules of the study's failures.
+func sampleCrashCover(recs []Record, names []string, rng *rand.Rand) crashCover {
+	var cc crashCover
+	okRules := map[string]bool{}
+	var failed [][]literal
+	for _, r := range recs {
+		lits := literalsOf(r.Params, names)
+		switch {
+		case r.State == StateComplete || r.State == StatePruned:
+			for _, rule := range subsets(lits) {
+				okRules[fmt.Sprint(rule)] = true
+			}
+		case r.State == StateFailed && deterministicClasses[r.FailureClass]:
+			failed = append(failed, lits)
+		}
+	}
+	type cand struct {
+		rule    []literal
+		cost    float64
+		explain []int
+	}
+	byKey := map[string]*cand{}
+	var cands []*cand
+	for i, lits := range failed {
+		for _, rule := range subsets(lits) {
+			k := fmt.Sprint(rule)
+			if okRules[k] {
+				continue
+			}
+			c, has := byKey[k]
+			if !has {
+				c = &cand{rule: rule, cost: -math.Log(crashRulePrior[len(rule)])}
+				byKey[k] = c
+				cands = append(cands, c)
+			}
+			c.explain = append(c.explain, i)
+		}
+	}
+	// Jitter in a fixed order, so a draw depends only on rng.
+	for _, c := range cands {
+		c.cost *= math.Exp(crashJitter * rng.NormFloat64())
+	}
+	explained := make([]bool, len(failed))
+	for {
+		var best *cand
+		bestRate := math.Inf(1)
+		for _, c := range cands {
+			n := 0
+			for _, i := range c.explain {
+				if !explained[i] {
+					n++
+				}
+			}
+			if n > 0 && c.cost/float64(n) < bestRate {
+				best, bestRate = c, c.cost/float64(n)
+			}
+		}
+		if best == nil {
+			return cc
+		}
+		for _, i := range best.explain {
+			explained[i] = true
+		}
+		cc.rules = append(cc.rules, best.rule)
+	}
+}
+
+// runs reports whether a config with values lits escapes the drawn rules.
+func (cc crashCover) runs(lits []literal) bool {
+	for _, rule := range cc.rules {
+		if containsAll(lits, rule) {
+			return false
+		}
+	}
+	return true
+}
+
+// containsAll reports whether lits has every value of rule.
+func containsAll(lits, rule []literal) bool {
+	for _, r := range rule {
+		if !slices.Contains(lits, r) {
+			return false
+		}
+	}
+	return true
+}
+
+// subsets returns the conjunctions of one to three of lits, in order.
+func subsets(lits []literal) [][]literal {
+	var out [][]literal
+	for i := range lits {
+		out = append(out, []literal{lits[i]})
+		for j := i + 1; j < len(lits); j++ {
+			out = append(out, []literal{lits[i], lits[j]})
+			for k := j + 1; k < len(lits); k++ {
+				out = append(out, []literal{lits[i], lits[j], lits[k]})
+			}
+		}
+	}
+	return out
+}
