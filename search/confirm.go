@@ -141,6 +141,17 @@ func runScore(rec Record) Measurement {
 	return r
 }
 
+// Pool returns the mean score of a config's runs and their range, a run
+// that failed or missed the SLO counting 0 (its Score), as a winner is
+// declared on them.
+func Pool(runs []Measurement) (pooled, spread float64) {
+	lo, hi, sum := math.Inf(1), math.Inf(-1), 0.0
+	for _, run := range runs {
+		lo, hi, sum = math.Min(lo, run.Score), math.Max(hi, run.Score), sum+run.Score
+	}
+	return sum / float64(len(runs)), hi - lo
+}
+
 // topConfigs are the n complete configs measured by the search (not by
 // confirmation runs) with the best estimates (see Estimates): a config
 // measured once, far above what similar configs measured, is less likely
@@ -298,11 +309,7 @@ func (r *runner) declareWinner(top []Record) error {
 				c.Runs = append(c.Runs, runScore(rec))
 			}
 		}
-		lo, hi, sum := math.Inf(1), math.Inf(-1), 0.0
-		for _, run := range c.Runs {
-			lo, hi, sum = math.Min(lo, run.Score), math.Max(hi, run.Score), sum+run.Score
-		}
-		c.Pooled, c.Spread = sum/float64(len(c.Runs)), hi-lo
+		c.Pooled, c.Spread = Pool(c.Runs)
 		cands = append(cands, c)
 	}
 	w, ok := declare(cands)

@@ -194,34 +194,31 @@ func rescore(d *studyData, spec objective.ScoreSpec) ([]rescored, error) {
 			r.NewScore, r.NewOK, r.Reason, r.Requests = x.new, x.newOK, x.why, x.requests
 			continue
 		}
-		// Pooled as a confirmation pools: the mean over the runs, a run
-		// that missed counting 0.
-		var old float64
+		// Pooled as a confirmation pools (search.Pool): a run that missed
+		// counts 0.
+		var olds, news []search.Measurement
 		missed := 0
-		lo, hi := math.Inf(1), math.Inf(-1)
 		for _, x := range rs {
-			v := 0.0
-			if x.newOK {
-				v = x.new
-			}
-			lo, hi = math.Min(lo, v), math.Max(hi, v)
 			r.Runs = append(r.Runs, x.rec.Number)
 			r.Requests += x.requests
+			old, nw := search.Measurement{Trial: x.rec.Number}, search.Measurement{Trial: x.rec.Number}
 			if x.rec.ScoreOK && x.rec.Score != nil {
-				old += *x.rec.Score / float64(len(rs))
-				r.OldOK = true
+				old.Score, old.OK = *x.rec.Score, true
 			}
 			if x.newOK {
-				r.NewScore += x.new / float64(len(rs))
-				r.NewOK = true
-				continue
+				nw.Score, nw.OK = x.new, true
+			} else {
+				missed++
+				if r.Reason == "" {
+					r.Reason = x.why
+				}
 			}
-			missed++
-			if r.Reason == "" {
-				r.Reason = x.why
-			}
+			olds, news = append(olds, old), append(news, nw)
+			r.OldOK, r.NewOK = r.OldOK || old.OK, r.NewOK || nw.OK
 		}
-		r.OldScore, r.Spread = &old, hi-lo
+		oldPooled, _ := search.Pool(olds)
+		r.OldScore = &oldPooled
+		r.NewScore, r.Spread = search.Pool(news)
 		if missed > 0 && r.NewOK {
 			r.Reason = fmt.Sprintf("%d of %d runs miss, counted as 0: %s", missed, len(rs), r.Reason)
 		}
