@@ -120,10 +120,8 @@ func TestExportRejectsInvalidFlags(t *testing.T) {
 // single measurement (trial 0's 2000 here, which its rerun did not repeat).
 func TestCommandsFollowTheDeclaredWinner(t *testing.T) {
 	dir := t.TempDir()
-	win := `{"trial":1,"pooled":1850,"spread":100,"runs":[{"trial":1,"score":1800,"ok":true},{"trial":4,"score":1900,"ok":true}],"flags":2,
-		"candidates":[{"trial":1,"pooled":1850,"spread":100,"flags":2,"runs":[{"trial":1,"score":1800,"ok":true},{"trial":4,"score":1900,"ok":true}]},
-		{"trial":0,"pooled":1700,"spread":600,"flags":3,"runs":[{"trial":0,"score":2000,"ok":true},{"trial":3,"score":1400,"ok":true}]}],
-		"reason":"best pooled score 1850.0 over 2 runs"}`
+	win := storedWinner(t, "best pooled score 1850.0 over 2 runs", confirmed(2, [2]float64{1, 1800}, [2]float64{4, 1900}),
+		confirmed(3, [2]float64{0, 2000}, [2]float64{3, 1400}))
 	db := seedStudy(t, dir, rankingTrials, map[string]string{storage.AttrWinner: win})
 	script := filepath.Join(dir, "best.sh")
 	if code, out := cli(t, nil, nil, "export", "--storage", db, "-o", script); code != 0 {
@@ -173,7 +171,7 @@ func TestUnreadableWinner(t *testing.T) {
 // trial that the commands name instead.
 func TestStaleWinnerNotQuoted(t *testing.T) {
 	dir := t.TempDir()
-	win := `{"trial":1,"pooled":1850,"spread":100,"runs":[{"trial":1,"score":1800,"ok":true}],"flags":2,"reason":"best pooled"}`
+	win := storedWinner(t, "best pooled", confirmed(2, [2]float64{1, 1800}))
 	db := seedStudy(t, dir, rankingTrials, map[string]string{storage.AttrWinner: win})
 	for _, tt := range []struct{ cmd, want string }{
 		{"best", "study rescore: best trial 0, score 2000.00\n"},

@@ -12,10 +12,8 @@ import (
 
 func TestReportCommand(t *testing.T) {
 	dir := t.TempDir()
-	conf := `{"trial":0,"pooled":1980,"spread":60,"runs":[{"trial":0,"score":1950,"ok":true},{"trial":5,"score":2010,"ok":true}],"flags":3,
-		"candidates":[{"trial":0,"pooled":1980,"spread":60,"flags":3,"runs":[{"trial":0,"score":1950,"ok":true},{"trial":5,"score":2010,"ok":true}]},
-		{"trial":1,"pooled":1802.5,"spread":25,"flags":2,"runs":[{"trial":1,"score":1790,"ok":true},{"trial":6,"score":1815,"ok":true}]}],
-		"reason":"best pooled score 1980.0 over 2 runs; the next, trial 1's 1802.5, is 177.5 lower, more than either spread (60.0, 25.0)"}`
+	conf := storedWinner(t, "best pooled score 1980.0 over 2 runs; the next, trial 1's 1802.5, is 177.5 lower, more than either spread (60.0, 25.0)",
+		confirmed(3, [2]float64{0, 1950}, [2]float64{5, 2010}), confirmed(2, [2]float64{1, 1790}, [2]float64{6, 1815}))
 	spec := `{"metric":"output_tok_s","concurrency":64,"slo":[{"metric":"ttft","percentile":"p99","max_s":2}]}`
 	db := seedStudy(t, dir, rankingTrials, map[string]string{storage.AttrWinner: conf, attrScoreSpec: spec, attrBudget: "12"})
 	out := filepath.Join(dir, "out")

@@ -12,6 +12,7 @@ import (
 	"github.com/c-bata/goptuna"
 
 	"github.com/sgtune/sgtune/objective"
+	"github.com/sgtune/sgtune/search"
 	"github.com/sgtune/sgtune/storage"
 )
 
@@ -106,6 +107,31 @@ func seedStudy(t *testing.T, dir string, trials []fakeTrial, studyAttrs map[stri
 		must(st.SetTrialState(id, goptuna.TrialStateComplete))
 	}
 	return db
+}
+
+// storedWinner is a declared winner as a run stores it (storage.AttrWinner):
+// the first candidate wins, for reason.
+func storedWinner(t *testing.T, reason string, cands ...search.Candidate) string {
+	t.Helper()
+	w := cands[0]
+	js, err := json.Marshal(search.Winner{Trial: w.Trial, Pooled: w.Pooled, Spread: w.Spread, Runs: w.Runs, Flags: w.Flags,
+		Candidates: cands, Reason: reason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(js)
+}
+
+// confirmed is a confirmed config with flags changed from the defaults and
+// its runs' scores by trial (the config's first trial first), pooled as a
+// run pools them.
+func confirmed(flags int, scores ...[2]float64) search.Candidate {
+	c := search.Candidate{Trial: int(scores[0][0]), Flags: flags}
+	for _, s := range scores {
+		c.Runs = append(c.Runs, search.Measurement{Trial: int(s[0]), Score: s[1], OK: true})
+	}
+	c.Pooled, c.Spread = search.Pool(c.Runs)
+	return c
 }
 
 // Fast has the highest throughput but a long TTFT tail; steady is slower
@@ -210,9 +236,8 @@ func TestRescorePoolsConfirmationRuns(t *testing.T) {
 		{name: "fast again", tokS: 1500, ttftLo: 0.2, ttftHi: 0.6, rerunOf: &zero},
 		{name: "steady again", tokS: 1900, ttftLo: 0.2, ttftHi: 0.6, rerunOf: &one},
 	}
-	winner := `{"trial":1,"pooled":1850,"spread":100,"runs":[{"trial":1,"score":1800,"ok":true},{"trial":4,"score":1900,"ok":true}],` +
-		`"candidates":[{"trial":1,"pooled":1850,"spread":100,"runs":[{"trial":1,"score":1800,"ok":true},{"trial":4,"score":1900,"ok":true}]},` +
-		`{"trial":0,"pooled":1750,"spread":500,"runs":[{"trial":0,"score":2000,"ok":true},{"trial":3,"score":1500,"ok":true}]}],"reason":"best pooled"}`
+	winner := storedWinner(t, "best pooled", confirmed(0, [2]float64{1, 1800}, [2]float64{4, 1900}),
+		confirmed(0, [2]float64{0, 2000}, [2]float64{3, 1500}))
 	db := seedStudy(t, t.TempDir(), trials, map[string]string{storage.AttrWinner: winner})
 
 	same := rescoreJSON(t, "--storage", db, "--slo", "ttft p99 < 2s")
