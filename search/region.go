@@ -68,12 +68,7 @@ func crashRegions(st *space.Study, recs []Record) []region {
 // every other param, see diverse) and pairs of values of failed configs
 // that no success shares.
 func regionCandidates(st *space.Study, recs []Record) []region {
-	var names []string
-	for _, par := range st.Params {
-		if regionParam(par) {
-			names = append(names, par.Name)
-		}
-	}
+	names := regionNames(st)
 	var launched []Record
 	for _, rec := range recs {
 		if rec.State == StateComplete || rec.State == StatePruned ||

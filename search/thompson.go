@@ -295,13 +295,17 @@ func (s *tsSpace) observations(recs []Record, names []string) ([][]float64, []fl
 		y     float64
 	}
 	var got []obs
+	var ratios map[int][]float64 // read on the first pruned trial
 	for _, r := range recs {
 		y, ok := 0.0, false
 		switch {
 		case r.State == StateComplete && r.ScoreOK && r.Score != nil && *r.Score > 0:
 			y, ok = math.Log(*r.Score), true
 		case r.State == StatePruned:
-			y, ok = prunedScore(r, recs)
+			if ratios == nil {
+				ratios = scorePerTokS(recs)
+			}
+			y, ok = prunedScore(r, ratios)
 		}
 		if ok {
 			feats, nums := s.features(r.Params, names, false)
@@ -326,34 +330,41 @@ func regionNames(st *space.Study) []string {
 	return names
 }
 
+// scorePerTokS returns, for each level, the sorted ratios of score to
+// median tok/s there of the complete trials that meet the SLO.
+func scorePerTokS(recs []Record) map[int][]float64 {
+	out := map[int][]float64{}
+	for _, o := range recs {
+		if o.State != StateComplete || !o.ScoreOK || o.Score == nil || *o.Score <= 0 {
+			continue
+		}
+		for c, m := range o.Medians() {
+			if m.OutputTokS > 0 {
+				out[c] = append(out[c], *o.Score/m.OutputTokS)
+			}
+		}
+	}
+	for _, rs := range out {
+		slices.Sort(rs)
+	}
+	return out
+}
+
 // prunedScore is the log score a pruned trial predicts from the highest
-// level it measured: its tok/s there times the median ratio of score to
-// tok/s at that level among the complete trials that meet the SLO (false
-// when none measured the level).
-func prunedScore(r Record, recs []Record) (float64, bool) {
+// level it measured: its tok/s there times the median of ratios at that
+// level (see scorePerTokS; false when no complete trial measured it).
+func prunedScore(r Record, ratios map[int][]float64) (float64, bool) {
 	top, tokS := 0, 0.0
 	for c, m := range r.Medians() {
 		if c > top && m.OutputTokS > 0 {
 			top, tokS = c, m.OutputTokS
 		}
 	}
-	if top == 0 {
+	rs := ratios[top]
+	if top == 0 || len(rs) == 0 {
 		return 0, false
 	}
-	var ratios []float64
-	for _, o := range recs {
-		if o.State != StateComplete || !o.ScoreOK || o.Score == nil || *o.Score <= 0 {
-			continue
-		}
-		if m, ok := o.Medians()[top]; ok && m.OutputTokS > 0 {
-			ratios = append(ratios, *o.Score/m.OutputTokS)
-		}
-	}
-	if len(ratios) == 0 {
-		return 0, false
-	}
-	slices.Sort(ratios)
-	return math.Log(tokS * ratios[len(ratios)/2]), true
+	return math.Log(tokS * rs[len(rs)/2]), true
 }
 
 // Crash rules: a config crashes when it has every value of a rule, a
