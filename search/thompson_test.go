@@ -97,7 +97,7 @@ func TestSampleCrashCover(t *testing.T) {
 	}
 	for _, tc := range tests {
 		for seed := range uint64(10) {
-			cc := sampleCrashCover(tc.recs, names, rand.New(rand.NewPCG(seed, 2)))
+			cc := sampleCrashCover(tc.recs, names, rand.New(rand.NewPCG(seed, 2)), nil)
 			found := false
 			for _, r := range cc.rules {
 				found = found || fmt.Sprint(r) == tc.want
@@ -109,5 +109,47 @@ func TestSampleCrashCover(t *testing.T) {
 				t.Errorf("%s (draw %d): the first crash escapes the rules %v", tc.name, seed, cc.rules)
 			}
 		}
+	}
+}
+
+// A value that passes the engine no flag (CUDA graphs on) is rarely blamed
+// alone: two crashes that share it and ep=1 are put on the pair in most
+// draws, where without the silent prior the single value takes nearly all.
+func TestSampleCrashCoverSilentValue(t *testing.T) {
+	names := []string{"ep", "radix", "cuda", "overlap", "chunk"}
+	cfg := func(state string, v ...any) Record {
+		p := map[string]any{}
+		for i, n := range names {
+			p[n] = v[i]
+		}
+		r := Record{State: state, Params: p}
+		if state == StateFailed {
+			r.FailureClass = "illegal_memory_access"
+		}
+		return r
+	}
+	recs := []Record{
+		cfg(StateFailed, "1", true, true, true, "a"), cfg(StateFailed, "1", false, true, false, "b"),
+		cfg(StateComplete, "1", true, false, true, "a"), cfg(StateComplete, "4", false, false, false, "b"),
+	}
+	alone := func(silent map[literal]bool) float64 {
+		n := 0
+		const draws = 200
+		for seed := range uint64(draws) {
+			cc := sampleCrashCover(recs, names, rand.New(rand.NewPCG(seed, 3)), silent)
+			for _, r := range cc.rules {
+				if fmt.Sprint(r) == "[{cuda true}]" {
+					n++
+				}
+			}
+		}
+		return float64(n) / draws
+	}
+	t.Logf("blamed alone: %.2f without, %.2f with the silent prior", alone(nil), alone(map[literal]bool{{"cuda", "true"}: true}))
+	if got := alone(nil); got < 0.8 {
+		t.Errorf("without the silent prior cuda=true is blamed alone in %.2f of the draws, want most", got)
+	}
+	if got := alone(map[literal]bool{{"cuda", "true"}: true}); got > 0.4 {
+		t.Errorf("with cuda=true silent it is blamed alone in %.2f of the draws, want few", got)
 	}
 }

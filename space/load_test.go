@@ -237,3 +237,36 @@ func TestFixedForms(t *testing.T) {
 		}
 	}
 }
+
+// Silent tells the values that pass the engine no flag (its defaults) from
+// those that set one, whatever form the param's flag text takes.
+func TestParamSilent(t *testing.T) {
+	st, err := Load("../testdata/studies/glm-5.3-flash-h200x4.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := map[string]*Param{}
+	for i := range st.Params {
+		params[st.Params[i].Name] = &st.Params[i]
+	}
+	tests := []struct {
+		param, value string
+		silent       bool
+	}{
+		{"radix_cache", "true", true},   // values: {true: ""}
+		{"radix_cache", "false", false}, // --disable-radix-cache
+		{"cuda_graphs", "true", true},   // no entry, no flag
+		{"cuda_graphs", "false", false},
+		{"state_slots", "auto", true},
+		{"state_slots", "128", false}, // --max-mamba-cache-size 128
+		{"speculative", "none", true},
+		{"speculative", "EAGLE", false},
+		{"ep", "1", false}, // a flag with every value: no default known
+		{"spec_steps", "3", false},
+	}
+	for _, tc := range tests {
+		if got := params[tc.param].Silent(tc.value); got != tc.silent {
+			t.Errorf("%s=%s: silent %v, want %v", tc.param, tc.value, got, tc.silent)
+		}
+	}
+}

@@ -168,6 +168,13 @@ type Derived struct {
 	value, when *Expr
 }
 
+// Silent reports whether value v of the param (as text: "true", "auto",
+// "4") passes no words to the engine: the engine runs its own default.
+func (p *Param) Silent(v string) bool {
+	w, err := p.emit(v)
+	return err == nil && len(w) == 0
+}
+
 // Params is one sampled point: name -> int, float64, string or bool.
 type Params map[string]any
 

@@ -34,6 +34,7 @@ type method struct {
 // methods are those the comparison runs: ours, and the baselines.
 var methods = []method{
 	{Name: "ours"},
+	{Name: "ours_tpe", Sampler: "tpe"},
 	{Name: "ours_bayes", Sampler: "bayes"},
 	{Name: "ours_random", Sampler: "random"},
 	{Name: "random", Sampler: "random", Baseline: true},

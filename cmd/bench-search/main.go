@@ -16,7 +16,7 @@
 // launches until the winner the study would declare has a true score of at
 // least 97% of the best are reported. Methods: ours (the study loop with
 // the study's own budget.sampler, what a user running the study gets),
-// ours_bayes and ours_random (the loop with those samplers), and the
+// ours_tpe, ours_bayes and ours_random (the loop with those samplers), and the
 // baselines random, goptuna_tpe and grid. A method's noise draws are keyed
 // by its name and the seed, so two runs of one method compare; 20 seeds
 // decide little (see docs/study-file.md).
