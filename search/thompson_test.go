@@ -68,17 +68,7 @@ func TestThompsonNeedsAFiniteSpace(t *testing.T) {
 // of it ran fine.
 func TestSampleCrashCover(t *testing.T) {
 	names := []string{"ep", "radix", "cuda", "overlap", "chunk"}
-	cfg := func(state string, v ...any) Record {
-		p := map[string]any{}
-		for i, n := range names {
-			p[n] = v[i]
-		}
-		r := Record{State: state, Params: p}
-		if state == StateFailed {
-			r.FailureClass = "illegal_memory_access"
-		}
-		return r
-	}
+	cfg := func(state string, v ...any) Record { return crashTestRecord(names, state, v...) }
 	tests := []struct {
 		name string
 		recs []Record
@@ -117,17 +107,7 @@ func TestSampleCrashCover(t *testing.T) {
 // draws, where without the silent prior the single value takes nearly all.
 func TestSampleCrashCoverSilentValue(t *testing.T) {
 	names := []string{"ep", "radix", "cuda", "overlap", "chunk"}
-	cfg := func(state string, v ...any) Record {
-		p := map[string]any{}
-		for i, n := range names {
-			p[n] = v[i]
-		}
-		r := Record{State: state, Params: p}
-		if state == StateFailed {
-			r.FailureClass = "illegal_memory_access"
-		}
-		return r
-	}
+	cfg := func(state string, v ...any) Record { return crashTestRecord(names, state, v...) }
 	recs := []Record{
 		cfg(StateFailed, "1", true, true, true, "a"), cfg(StateFailed, "1", false, true, false, "b"),
 		cfg(StateComplete, "1", true, false, true, "a"), cfg(StateComplete, "4", false, false, false, "b"),
@@ -152,4 +132,18 @@ func TestSampleCrashCoverSilentValue(t *testing.T) {
 	if got := alone(map[literal]bool{{"cuda", "true"}: true}); got > 0.4 {
 		t.Errorf("with cuda=true silent it is blamed alone in %.2f of the draws, want few", got)
 	}
+}
+
+// crashTestRecord is a trial in state with names[i] = v[i]; a failed one
+// crashed the way that recurs.
+func crashTestRecord(names []string, state string, v ...any) Record {
+	p := map[string]any{}
+	for i, n := range names {
+		p[n] = v[i]
+	}
+	r := Record{State: state, Params: p}
+	if state == StateFailed {
+		r.FailureClass = "illegal_memory_access"
+	}
+	return r
 }
