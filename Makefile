@@ -80,9 +80,11 @@ calibrate: build
 # Search quality without servers: every config of the GLM study scored on
 # the simulator's own engine in virtual time (the landscape, cached in
 # ~/.cache/sgtune/bench-search, about 3 minutes the first time), then 20
-# searches of 30 launches per method (sgtune's loop with its TPE, with
-# random; random, goptuna's TPE and grid in a plain loop) with 12% noise
-# per repeat. The last line is the summary:
+# searches of 30 launches per method (sgtune's loop with the study's sampler,
+# with tpe, bayes and random; random, goptuna's TPE and grid in a plain loop)
+# with 12% noise per repeat, about 8 minutes in all on 2 cores. 20 seeds
+# decide little: compare samplers with --seeds 150. The last line is the
+# summary:
 # ours_trials_to_97=A random_trials_to_97=B goptuna_tpe_trials_to_97=C infeasible_launches=D crash_launches=E
 bench-search: build
 	bin/bench-search --study testdata/studies/glm-5.3-flash-h200x4.yaml $(BENCH_SEARCH_FLAGS)
