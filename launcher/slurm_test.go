@@ -76,7 +76,11 @@ func TestSlurm(t *testing.T) {
 		if err != nil {
 			t.Fatalf("StartSlurm: %v", startErr(err))
 		}
-		if len(placed) != 2 || placed[0].Job != srv.Job || placed[1].Job != srv.Job || len(placed[1].Nodes) != 1 {
+		// Each job is reported submitted, then placed; a job whose port was
+		// taken on its node is submitted again (CI saw it once), so the
+		// last pair is the server's job.
+		if n := len(placed); n < 2 || n%2 != 0 || placed[n-2].Job != srv.Job || placed[n-1].Job != srv.Job ||
+			len(placed[n-2].Nodes) != 0 || len(placed[n-1].Nodes) != 1 {
 			t.Errorf("placements %+v for job %s", placed, srv.Job)
 		}
 		// CUDA_VISIBLE_DEVICES is Slurm's: four GPUs, whatever spec.GPUs said.
