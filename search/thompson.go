@@ -125,11 +125,13 @@ func newTSSpace(st *space.Study) (*tsSpace, error) {
 			}
 		}
 	}
-	for _, par := range st.Params {
-		for l := range s.values {
-			if l.name == par.Name && par.Silent(l.value) {
-				s.silent[l] = true
-			}
+	params := map[string]*space.Param{}
+	for i := range st.Params {
+		params[st.Params[i].Name] = &st.Params[i]
+	}
+	for l := range s.values {
+		if params[l.name].Silent(l.value) {
+			s.silent[l] = true
 		}
 	}
 	for i := range s.numeric {
@@ -292,9 +294,10 @@ func (s *tsSpace) thompson(st *space.Study, recs []Record, seed int64, n int, op
 	if err != nil {
 		return nil, err
 	}
+	rules := crashRuleCandidates(recs, names, s.silent)
 	covers := make([]crashCover, crashDraws)
 	for k := range covers {
-		covers[k] = sampleCrashCover(recs, names, rng, s.silent)
+		covers[k] = rules.draw(rng)
 	}
 	order := make([]int, len(s.cands))
 	vals := make([]float64, len(s.cands))
@@ -435,10 +438,23 @@ type crashCover struct {
 	rules [][]literal
 }
 
-// sampleCrashCover draws the crash rules of the study's failures; silent
-// values get crashSilentPrior as a rule of their own.
-func sampleCrashCover(recs []Record, names []string, rng *rand.Rand, silent map[literal]bool) crashCover {
-	var cc crashCover
+// crashRules are the rules that could explain a study's failures, with
+// the failures each explains; the part of a cover every draw shares.
+type crashRules struct {
+	cands  []crashRule
+	failed int // failures to explain
+}
+
+type crashRule struct {
+	rule    []literal
+	cost    float64 // -log prior, before jitter
+	explain []int   // the failures it matches
+}
+
+// crashRuleCandidates lists the conjunctions of the failed configs' values
+// that no config that ran has; silent values get crashSilentPrior as a
+// rule of their own.
+func crashRuleCandidates(recs []Record, names []string, silent map[literal]bool) crashRules {
 	okRules := map[string]bool{}
 	var failed [][]literal
 	for _, r := range recs {
@@ -452,58 +468,60 @@ func sampleCrashCover(recs []Record, names []string, rng *rand.Rand, silent map[
 			failed = append(failed, lits)
 		}
 	}
-	type cand struct {
-		rule    []literal
-		cost    float64
-		explain []int
-	}
-	byKey := map[string]*cand{}
-	var cands []*cand
+	cr := crashRules{failed: len(failed)}
+	byKey := map[string]int{}
 	for i, lits := range failed {
 		for _, rule := range subsets(lits) {
 			k := fmt.Sprint(rule)
 			if okRules[k] {
 				continue
 			}
-			c, has := byKey[k]
+			j, has := byKey[k]
 			if !has {
 				prior := crashRulePrior[len(rule)]
 				if len(rule) == 1 && silent[rule[0]] {
 					prior = crashSilentPrior
 				}
-				c = &cand{rule: rule, cost: -math.Log(prior)}
-				byKey[k] = c
-				cands = append(cands, c)
+				j = len(cr.cands)
+				byKey[k] = j
+				cr.cands = append(cr.cands, crashRule{rule: rule, cost: -math.Log(prior)})
 			}
-			c.explain = append(c.explain, i)
+			cr.cands[j].explain = append(cr.cands[j].explain, i)
 		}
 	}
+	return cr
+}
+
+// draw draws one cover: every rule's cost jittered, then rules taken
+// greedily by jittered cost per failure newly explained.
+func (cr crashRules) draw(rng *rand.Rand) crashCover {
 	// Jitter in a fixed order, so a draw depends only on rng.
-	for _, c := range cands {
-		c.cost *= math.Exp(crashJitter * rng.NormFloat64())
+	cost := make([]float64, len(cr.cands))
+	for j, c := range cr.cands {
+		cost[j] = c.cost * math.Exp(crashJitter*rng.NormFloat64())
 	}
-	explained := make([]bool, len(failed))
+	var cc crashCover
+	explained := make([]bool, cr.failed)
 	for {
-		var best *cand
-		bestRate := math.Inf(1)
-		for _, c := range cands {
+		best, bestRate := -1, math.Inf(1)
+		for j, c := range cr.cands {
 			n := 0
 			for _, i := range c.explain {
 				if !explained[i] {
 					n++
 				}
 			}
-			if n > 0 && c.cost/float64(n) < bestRate {
-				best, bestRate = c, c.cost/float64(n)
+			if n > 0 && cost[j]/float64(n) < bestRate {
+				best, bestRate = j, cost[j]/float64(n)
 			}
 		}
-		if best == nil {
+		if best < 0 {
 			return cc
 		}
-		for _, i := range best.explain {
+		for _, i := range cr.cands[best].explain {
 			explained[i] = true
 		}
-		cc.rules = append(cc.rules, best.rule)
+		cc.rules = append(cc.rules, cr.cands[best].rule)
 	}
 }
 

@@ -87,7 +87,7 @@ func TestSampleCrashCover(t *testing.T) {
 	}
 	for _, tc := range tests {
 		for seed := range uint64(10) {
-			cc := sampleCrashCover(tc.recs, names, rand.New(rand.NewPCG(seed, 2)), nil)
+			cc := crashRuleCandidates(tc.recs, names, nil).draw(rand.New(rand.NewPCG(seed, 2)))
 			found := false
 			for _, r := range cc.rules {
 				found = found || fmt.Sprint(r) == tc.want
@@ -116,7 +116,7 @@ func TestSampleCrashCoverSilentValue(t *testing.T) {
 		n := 0
 		const draws = 200
 		for seed := range uint64(draws) {
-			cc := sampleCrashCover(recs, names, rand.New(rand.NewPCG(seed, 3)), silent)
+			cc := crashRuleCandidates(recs, names, silent).draw(rand.New(rand.NewPCG(seed, 3)))
 			for _, r := range cc.rules {
 				if fmt.Sprint(r) == "[{cuda true}]" {
 					n++
