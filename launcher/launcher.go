@@ -107,13 +107,81 @@ type Server struct {
 	baseline map[int]int
 	exited   chan struct{}
 
+	ending
+}
+
+// ending is how a server (a local process or a Slurm job) ends: the
+// failure its monitor recorded, the caller's hang mark, and the one Stop
+// that does the work while later calls wait for it.
+type ending struct {
 	mu       sync.Mutex
-	failure  *Failure // set when the process ended on its own
-	stopping bool     // Stop sent the signals: the exit is not a failure
+	failure  *Failure // set when the server ended on its own
+	stopping bool     // Stop is ending it: the exit is not a failure
 	hang     bool
 	stopped  bool
 	stopDone chan struct{} // closed when the first Stop returns
 	stopErr  error
+}
+
+// MarkHang records that the caller saw no progress from the server; Failure
+// then reports engine.ClassHang unless the server also failed. Call Stop
+// after.
+func (e *ending) MarkHang() {
+	e.mu.Lock()
+	e.hang = true
+	e.mu.Unlock()
+}
+
+// failureOr returns the recorded failure, else hang's after MarkHang, else
+// nil.
+func (e *ending) failureOr(hang func() *Failure) *Failure {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.failure != nil {
+		return e.failure
+	}
+	if e.hang {
+		return hang()
+	}
+	return nil
+}
+
+// stopOnce runs stop on the first call and returns its error; later calls
+// wait for the first (or ctx) and return the same error.
+func (e *ending) stopOnce(ctx context.Context, stop func() error) error {
+	e.mu.Lock()
+	if e.stopped {
+		e.mu.Unlock()
+		select { // another call does the work
+		case <-e.stopDone:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.stopErr
+	}
+	e.stopped = true
+	e.stopDone = make(chan struct{})
+	defer close(e.stopDone)
+	e.mu.Unlock()
+	err := stop()
+	e.mu.Lock()
+	e.stopErr = err
+	e.mu.Unlock()
+	return err
+}
+
+// markStopping records that Stop is ending a server that has not exited
+// yet (exited: closed once it has).
+func (e *ending) markStopping(exited <-chan struct{}) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	select {
+	case <-exited:
+	default:
+		e.stopping = true
+	}
 }
 
 // eng is the engine the server runs.
@@ -130,34 +198,26 @@ func (s *Server) LogTail(n int) string { return s.sink.Tail(n) }
 // Exited is closed when the server process has exited and Failure is final.
 func (s *Server) Exited() <-chan struct{} { return s.exited }
 
-// MarkHang records that the caller saw no progress from the server; Failure
-// then reports engine.ClassHang unless the server also crashed. Call Stop after.
-func (s *Server) MarkHang() {
-	s.mu.Lock()
-	s.hang = true
-	s.mu.Unlock()
-}
-
 // Failure classifies how the server ended; nil while it runs (unless
 // MarkHang was called) or after a clean stop.
 func (s *Server) Failure() *Failure {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.failure != nil {
-		return s.failure
-	}
-	if s.hang {
+	return s.failureOr(func() *Failure {
 		code := -1
 		select {
 		case <-s.exited:
 			code = s.proc.exitCode
 		default:
 		}
-		f := s.newFailure(engine.ClassHang, code, nil, errors.New("marked as hung by the caller"))
-		f.Reason = "no progress (marked as hung by the caller)"
-		return f
-	}
-	return nil
+		return hangFailure(s.sink, code)
+	})
+}
+
+// hangFailure is the Failure of a server the caller marked as hung
+// (MarkHang) that did not fail otherwise: local processes and Slurm jobs.
+func hangFailure(sink *lineSink, code int) *Failure {
+	f := sinkFailure(sink, engine.ClassHang, code, nil, errors.New("marked as hung by the caller"))
+	f.Reason = "no progress (marked as hung by the caller)"
+	return f
 }
 
 // newFailure builds a Failure from the log as it is now.
@@ -582,39 +642,17 @@ func (s *Server) monitor() {
 // Spec.Abort (before or during Stop) also sends SIGKILL at once and skips
 // the port and GPU waits.
 func (s *Server) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
-		select { // another call does the work
-		case <-s.stopDone:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.stopErr
-	}
-	s.stopped = true
-	s.stopDone = make(chan struct{})
-	defer close(s.stopDone)
-	select {
-	case <-s.proc.done:
-	default:
-		s.stopping = true
-	}
-	s.mu.Unlock()
-
-	s.sink.note("stopping")
-	tctx, cancel := s.abortable(ctx)
-	defer cancel()
-	s.terminate(tctx)
-	<-s.exited // monitor ends right after the process exit
-	err := s.release(tctx)
-	s.closeLog()
-	s.mu.Lock()
-	s.stopErr = err
-	s.mu.Unlock()
-	return err
+	return s.stopOnce(ctx, func() error {
+		s.markStopping(s.proc.done)
+		s.sink.note("stopping")
+		tctx, cancel := s.abortable(ctx)
+		defer cancel()
+		s.terminate(tctx)
+		<-s.exited // monitor ends right after the process exit
+		err := s.release(tctx)
+		s.closeLog()
+		return err
+	})
 }
 
 // terminate sends SIGTERM to the group, waits for the leader up to the

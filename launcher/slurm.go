@@ -110,13 +110,7 @@ type SlurmServer struct {
 	fast    chan struct{} // closed by Stop: the monitor polls quickly
 	attempt int
 
-	mu       sync.Mutex
-	failure  *Failure
-	stopping bool
-	hang     bool
-	stopped  bool
-	stopDone chan struct{}
-	stopErr  error
+	ending
 }
 
 // slurmCmdTimeout bounds one Slurm client command.
@@ -787,28 +781,10 @@ func (s *SlurmServer) Exited() <-chan struct{} { return s.exited }
 // LogTail returns the last n log lines (redacted).
 func (s *SlurmServer) LogTail(n int) string { return s.sink.Tail(n) }
 
-// MarkHang records that the caller saw no progress; Failure then reports
-// engine.ClassHang unless the job also failed. Call Stop after.
-func (s *SlurmServer) MarkHang() {
-	s.mu.Lock()
-	s.hang = true
-	s.mu.Unlock()
-}
-
 // Failure classifies how the job ended; nil while it runs (unless
 // MarkHang was called) or after a clean Stop.
 func (s *SlurmServer) Failure() *Failure {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.failure != nil {
-		return s.failure
-	}
-	if s.hang {
-		f := sinkFailure(s.sink, engine.ClassHang, -1, nil, errors.New("marked as hung by the caller"))
-		f.Reason = "no progress (marked as hung by the caller)"
-		return f
-	}
-	return nil
+	return s.failureOr(func() *Failure { return hangFailure(s.sink, -1) })
 }
 
 // Stop cancels the job (scancel: SIGTERM to its processes, SIGKILL after
@@ -816,48 +792,24 @@ func (s *SlurmServer) Failure() *Failure {
 // and removes the job's directory. Safe to call more than once; later
 // calls wait for the first. An error means the job could not be ended.
 func (s *SlurmServer) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
-		select {
-		case <-s.stopDone:
-		case <-ctx.Done():
-			return ctx.Err()
+	return s.stopOnce(ctx, func() error {
+		// A job that ended on its own just before Stop is a failure, not a
+		// stop: ask Slurm before deciding.
+		if info, err := queryJob(ctx, s.Job); err == nil && (info.Gone || endedState(info.State)) {
+			close(s.fast)
+			<-s.exited
+		} else {
+			s.markStopping(s.exited)
+			close(s.fast)
+			s.sink.note("stopping: cancelling job " + s.Job)
 		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.stopErr
-	}
-	s.stopped = true
-	s.stopDone = make(chan struct{})
-	defer close(s.stopDone)
-	s.mu.Unlock()
-
-	// A job that ended on its own just before Stop is a failure, not a
-	// stop: ask Slurm before deciding.
-	if info, err := queryJob(ctx, s.Job); err == nil && (info.Gone || endedState(info.State)) {
-		close(s.fast)
-		<-s.exited
-	} else {
-		s.mu.Lock()
-		select {
-		case <-s.exited:
-		default:
-			s.stopping = true
+		err := s.cancelJob(ctx)
+		if err == nil {
+			<-s.exited
 		}
-		s.mu.Unlock()
-		close(s.fast)
-		s.sink.note("stopping: cancelling job " + s.Job)
-	}
-	err := s.cancelJob(ctx)
-	if err == nil {
-		<-s.exited
-	}
-	s.cleanup()
-	s.mu.Lock()
-	s.stopErr = err
-	s.mu.Unlock()
-	return err
+		s.cleanup()
+		return err
+	})
 }
 
 // cancelJob ends the job: SIGTERM to every step, up to Spec.Grace for it

@@ -249,7 +249,7 @@ func features(st *space.Study, p map[string]any) []float64 {
 			}
 		default:
 			x := 0.0
-			if f, ok := toFloat(v); on && ok && par.High > par.Low {
+			if f, ok := space.Number(v); on && ok && par.High > par.Low {
 				lo, hi := par.Low, par.High
 				if par.Log && lo > 0 && f > 0 {
 					lo, hi, f = math.Log(lo), math.Log(hi), math.Log(f)

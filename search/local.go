@@ -336,7 +336,7 @@ func (p *pinned) value(d domain, draw func() float64) float64 {
 	v, ok := p.internal[d.name]
 	if !ok && d.categorical == 0 {
 		if w, has := p.params[d.name]; has {
-			if f, isNum := toFloat(w); isNum {
+			if f, isNum := space.Number(w); isNum {
 				v, ok = f, true
 			}
 		}
@@ -351,18 +351,6 @@ func (p *pinned) value(d domain, draw func() float64) float64 {
 	p.got[d.name] = v
 	p.domains = append(p.domains, d)
 	return v
-}
-
-func toFloat(v any) (float64, bool) {
-	switch x := v.(type) {
-	case int:
-		return float64(x), true
-	case int64:
-		return float64(x), true
-	case float64:
-		return x, true
-	}
-	return 0, false
 }
 
 // SuggestStepInt implements space.Suggester.

@@ -174,7 +174,7 @@ func (s *tsSpace) features(p map[string]any, names []string, grow bool) ([]int, 
 	}
 	nums := make([]float64, len(s.numeric))
 	for i, n := range s.numeric {
-		if v, ok := toFloat(p[n.name]); ok && n.high > n.low {
+		if v, ok := space.Number(p[n.name]); ok && n.high > n.low {
 			nums[i] = 2*(v-n.low)/(n.high-n.low) - 1
 		}
 	}

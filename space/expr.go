@@ -478,7 +478,7 @@ func (n callNode) eval(env map[string]any) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if _, ok := toFloat(v); !ok {
+		if _, ok := Number(v); !ok {
 			return nil, fmt.Errorf("%s needs numbers, got %s", n.fn, describe(v))
 		}
 		vals = append(vals, v)
@@ -490,7 +490,7 @@ func (n callNode) eval(env map[string]any) (any, error) {
 			}
 			return i, nil
 		}
-		f, _ := toFloat(vals[0])
+		f, _ := Number(vals[0])
 		return math.Abs(f), nil
 	}
 	best := vals[0]
@@ -557,8 +557,8 @@ func (n binNode) eval(env map[string]any) (any, error) {
 			return m, nil
 		}
 	}
-	lf, lok := toFloat(l)
-	rf, rok := toFloat(r)
+	lf, lok := Number(l)
+	rf, rok := Number(r)
 	if !lok || !rok {
 		return nil, fmt.Errorf("%s needs numbers, got %s and %s", n.op, describe(l), describe(r))
 	}
@@ -588,8 +588,12 @@ func (n binNode) eval(env map[string]any) (any, error) {
 	return nil, fmt.Errorf("unknown operator %s", n.op)
 }
 
-func toFloat(v any) (float64, bool) {
+// Number returns a param value or an expression's value as a float64:
+// true for the numeric kinds a study's values take (int, int64, float64).
+func Number(v any) (float64, bool) {
 	switch x := v.(type) {
+	case int:
+		return float64(x), true
 	case int64:
 		return float64(x), true
 	case float64:
@@ -599,8 +603,8 @@ func toFloat(v any) (float64, bool) {
 }
 
 func equal(a, b any) bool {
-	af, aok := toFloat(a)
-	bf, bok := toFloat(b)
+	af, aok := Number(a)
+	bf, bok := Number(b)
 	if aok && bok {
 		return af == bf
 	}
@@ -608,8 +612,8 @@ func equal(a, b any) bool {
 }
 
 func compare(a, b any) (int, error) {
-	af, aok := toFloat(a)
-	bf, bok := toFloat(b)
+	af, aok := Number(a)
+	bf, bok := Number(b)
 	switch {
 	case aok && bok:
 		switch {
