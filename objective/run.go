@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
+
+	"gonum.org/v1/gonum/stat"
 )
 
 // Options tune one run of a workload.
@@ -174,17 +177,34 @@ func Medians(points []Point) map[int]Median {
 			return median(xs)
 		}
 		out[c] = Median{
-			Repeats:    len(ps),
-			OutputTokS: col(func(p Point) float64 { return p.OutputTokS }),
-			TTFTP50:    col(func(p Point) float64 { return p.TTFT.P50 }),
-			TTFTP99:    col(func(p Point) float64 { return p.TTFT.P99 }),
-			LatencyP50: col(func(p Point) float64 { return p.Latency.P50 }),
-			LatencyP99: col(func(p Point) float64 { return p.Latency.P99 }),
-			ITLP50:     col(func(p Point) float64 { return p.ITL.P50 }),
-			ITLP99:     col(func(p Point) float64 { return p.ITL.P99 }),
+			Repeats:          len(ps),
+			LogVarOutputTokS: logVar(ps),
+			OutputTokS:       col(func(p Point) float64 { return p.OutputTokS }),
+			TTFTP50:          col(func(p Point) float64 { return p.TTFT.P50 }),
+			TTFTP99:          col(func(p Point) float64 { return p.TTFT.P99 }),
+			LatencyP50:       col(func(p Point) float64 { return p.Latency.P50 }),
+			LatencyP99:       col(func(p Point) float64 { return p.Latency.P99 }),
+			ITLP50:           col(func(p Point) float64 { return p.ITL.P50 }),
+			ITLP99:           col(func(p Point) float64 { return p.ITL.P99 }),
 		}
 	}
 	return out
+}
+
+// logVar is the sample variance of the logarithm of the points' output
+// tok/s (0 with fewer than two points, or a point without tokens).
+func logVar(ps []Point) float64 {
+	if len(ps) < 2 {
+		return 0
+	}
+	logs := make([]float64, len(ps))
+	for i, p := range ps {
+		if p.OutputTokS <= 0 {
+			return 0
+		}
+		logs[i] = math.Log(p.OutputTokS)
+	}
+	return stat.Variance(logs, nil)
 }
 
 // WithDefaults fills unset fields with the seed's defaults.

@@ -143,6 +143,10 @@ type Median struct {
 	LatencyP50 float64 `json:"latency_p50_s"`
 	ITLP50     float64 `json:"itl_p50_s"`
 	ITLP99     float64 `json:"itl_p99_s"`
+	// LogVarOutputTokS is the sample variance over the repeats of the
+	// logarithm of output tok/s (0 with one repeat): how far one repeat
+	// reads from the next, kept in the stored summary for the estimates.
+	LogVarOutputTokS float64 `json:"log_var_output_tok_s,omitempty"`
 }
 
 // QualitySummary is shaped like the seed's: {"json": "24/24", "tool": "8/8"}.

@@ -1,13 +1,11 @@
 package search
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 
 	"gonum.org/v1/gonum/mat"
 
-	"github.com/sgtune/sgtune/objective"
 	"github.com/sgtune/sgtune/space"
 )
 
@@ -262,40 +260,22 @@ func features(st *space.Study, p map[string]any) []float64 {
 	return out
 }
 
-// noiseVar is the variance of a trial's log score from the spread of its
-// repeats at the scored level (their mean's), floored at minNoiseCV.
+// noiseVar is the variance of a trial's log score: that of the mean of its
+// repeats at the scored level, from their spread, floored at minNoiseCV.
 func noiseVar(st *space.Study, rec Record) float64 {
 	floor := math.Log1p(minNoiseCV * minNoiseCV)
-	var res objective.Result
-	if len(rec.Result) == 0 || json.Unmarshal(rec.Result, &res) != nil {
-		return floor
-	}
+	meds := rec.Medians()
 	conc := st.Score.Concurrency
 	if conc <= 0 { // the score is the highest level measured
-		for _, p := range res.Points {
-			conc = max(conc, p.Concurrency)
+		for c := range meds {
+			conc = max(conc, c)
 		}
 	}
-	var logs []float64
-	for _, p := range res.Points {
-		if p.Phase == "" && p.Concurrency == conc && p.OutputTokS > 0 {
-			logs = append(logs, math.Log(p.OutputTokS))
-		}
-	}
-	if len(logs) < 2 {
+	m := meds[conc]
+	if m.Repeats < 2 {
 		return floor
 	}
-	m := 0.0
-	for _, l := range logs {
-		m += l
-	}
-	m /= float64(len(logs))
-	v := 0.0
-	for _, l := range logs {
-		v += (l - m) * (l - m)
-	}
-	v /= float64(len(logs) - 1)
-	return math.Max(v/float64(len(logs)), floor)
+	return math.Max(m.LogVarOutputTokS/float64(m.Repeats), floor)
 }
 
 // Leader returns the config the study would declare now, before any

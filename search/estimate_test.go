@@ -1,9 +1,12 @@
 package search
 
 import (
+	"encoding/json"
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/sgtune/sgtune/objective"
 )
 
 // A config measured once far above its family is the luckiest draw, not
@@ -137,6 +140,48 @@ func TestDeclaredWinnerHolds(t *testing.T) {
 		got, ok := Declared(tt.w, tt.recs)
 		if !ok || got.Number != tt.want {
 			t.Errorf("%s: trial %d (%v), want %d", tt.name, got.Number, ok, tt.want)
+		}
+	}
+}
+
+// A run's noise is the spread of its repeats at the scored level, read
+// from the summary a trial stores (medians per level), floored where the
+// repeats agree more closely than launches do.
+func TestNoiseVarReadsTheRepeats(t *testing.T) {
+	st, _, _ := openFake(t)
+	st.Score.Concurrency = 64
+	floor := math.Log1p(minNoiseCV * minNoiseCV)
+	stored := func(tokS ...float64) json.RawMessage {
+		var pts []objective.Point
+		for i, v := range tokS {
+			pts = append(pts, objective.Point{Concurrency: 64, Repeat: i, State: "passed", OutputTokS: v},
+				objective.Point{Concurrency: 16, Repeat: i, State: "passed", OutputTokS: 500 * float64(i+1)})
+		}
+		b, err := json.Marshal(map[string]any{"medians": objective.Medians(pts)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	spread := []float64{math.Log(700), math.Log(1000), math.Log(1400)}
+	mean := (spread[0] + spread[1] + spread[2]) / 3
+	v := 0.0
+	for _, l := range spread {
+		v += (l - mean) * (l - mean) / 2
+	}
+	for _, tt := range []struct {
+		name   string
+		result json.RawMessage
+		want   float64
+	}{
+		{"no stored result", nil, floor},
+		{"one repeat", stored(1000), floor},
+		{"repeats that agree", stored(1000, 1010, 990), floor},
+		{"repeats that disagree", stored(700, 1000, 1400), v / 3},
+	} {
+		got := noiseVar(st, Record{Result: tt.result})
+		if math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("%s: noise variance %.5f, want %.5f", tt.name, got, tt.want)
 		}
 	}
 }

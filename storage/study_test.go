@@ -505,12 +505,24 @@ func testKilledWriterLeavesConsistentDB(t *testing.T, b *backend) {
 			t.Fatalf("round %d: %d complete (earlier %d + reported %d), %d running", round, complete, floor, reported, running)
 		}
 		floor = complete
-		// Reap what the dead writer left RUNNING.
-		if _, err := s.ReapStale(study, 0, 0); err != nil {
-			t.Fatal(err)
-		}
-		if ids, _ := s.StaleRunning(study, 0); len(ids) != 0 {
-			t.Fatalf("still running after reap: %v", ids)
+		// Reap what the dead writer left RUNNING. PostgreSQL may not have
+		// noticed the killed client yet: its open transaction still locks
+		// the trial, and the reaper skips locked rows (SKIP LOCKED) until
+		// the server ends that backend.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, err := s.ReapStale(study, 0, 0); err != nil {
+				t.Fatal(err)
+			}
+			ids, err := s.StaleRunning(study, 0)
+			must(t, err)
+			if len(ids) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("still running 10 s after the kill, reaped again and again: %v", ids)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 		t.Logf("round %d: killed after %d reported trials; %d trials in DB, %d complete, %d left running, integrity ok", round, reported, len(all), complete, running)
 	}

@@ -254,11 +254,17 @@ func (r *searchRun) pad(budget int) {
 	}
 }
 
-// trace prints a search's trials, one line each, in one write.
+// trace prints a search's trials, one line each, in one write: state,
+// measured and true score, and the leader (the trial the study would
+// declare once that trial ended; -1 before any).
 func (c *comparison) trace(m method, seed int, recs []search.Record, index map[string]int, best float64) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "trace %s seed %d\n", m.Name, seed)
-	for _, rec := range recs {
+	for i, rec := range recs {
+		lead := -1
+		if l, ok := search.Leader(c.Study, recs[:i+1]); ok {
+			lead = l.Number
+		}
 		truth := "-"
 		if idx, ok := index[strings.Join(rec.Flags(), " ")]; ok {
 			truth = fmt.Sprintf("%.1f%%", c.Landscape.Configs[idx].Mean/best*100)
@@ -274,7 +280,7 @@ func (c *comparison) trace(m method, seed int, recs []search.Record, index map[s
 				why = why[:90] + "..."
 			}
 		}
-		fmt.Fprintf(&b, "  %3d %-10s score %-6s true %-6s %s  %s\n", rec.Number, rec.State, score, truth, paramsLine(rec.Params), why)
+		fmt.Fprintf(&b, "  %3d %-10s score %-6s true %-6s lead %3d %s  %s\n", rec.Number, rec.State, score, truth, lead, paramsLine(rec.Params), why)
 	}
 	fmt.Fprint(c.Trace, b.String())
 }
