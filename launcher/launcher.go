@@ -118,8 +118,7 @@ type ending struct {
 	failure  *Failure // set when the server ended on its own
 	stopping bool     // Stop is ending it: the exit is not a failure
 	hang     bool
-	stopped  bool
-	stopDone chan struct{} // closed when the first Stop returns
+	stopDone chan struct{} // made by the first Stop, closed when it returns
 	stopErr  error
 }
 
@@ -150,7 +149,7 @@ func (e *ending) failureOr(hang func() *Failure) *Failure {
 // wait for the first (or ctx) and return the same error.
 func (e *ending) stopOnce(ctx context.Context, stop func() error) error {
 	e.mu.Lock()
-	if e.stopped {
+	if e.stopDone != nil {
 		e.mu.Unlock()
 		select { // another call does the work
 		case <-e.stopDone:
@@ -161,7 +160,6 @@ func (e *ending) stopOnce(ctx context.Context, stop func() error) error {
 		defer e.mu.Unlock()
 		return e.stopErr
 	}
-	e.stopped = true
 	e.stopDone = make(chan struct{})
 	defer close(e.stopDone)
 	e.mu.Unlock()
