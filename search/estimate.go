@@ -22,6 +22,17 @@ import (
 // the runs' repeats) and the fit's own error. A config measured well above
 // what its params predict keeps part of its lead, in proportion to how
 // far the measurement is trusted.
+//
+// The shrinkage only ever lowers a config: one measured below what its
+// params predict keeps its measurement. The prediction is the other
+// configs' runs seen through a fit of a few dozen columns, and one lucky
+// run lifts every config sharing any of its values (a memory fraction, a
+// pool size that hardly matters); lifted that way, a config measured at
+// 93% of the best was declared over the best, measured higher (bench-search
+// seeds 12 and 33). A config is declared when both its own runs and its
+// family vouch for it. Measured side by side (150 seeds, the same noise
+// draws): the median launch declaring a config within 3% of the best went
+// from 15 to 14, 25 seeds earlier and 9 later.
 
 // Estimate is a measured config's estimated score.
 type Estimate struct {
@@ -139,7 +150,8 @@ func contenders(ys []float64) []int {
 
 // shrink returns the posterior mean of each y (a config's mean log score,
 // with noise variance v) given the leave-one-out ridge prediction from the
-// others. With fewer configs than can carry a fit, the measurements stand.
+// others, never above y itself. With fewer configs than can carry a fit,
+// the measurements stand.
 func shrink(xs [][]float64, ys, vs []float64) []float64 {
 	n := len(ys)
 	post := append([]float64(nil), ys...)
@@ -163,7 +175,7 @@ func shrink(xs [][]float64, ys, vs []float64) []float64 {
 	tau2 := math.Max(mse-mv, mv/4)
 	for i := range ys {
 		w := tau2 / (tau2 + vs[i])
-		post[i] = loo[i] + w*(ys[i]-loo[i])
+		post[i] = math.Min(loo[i]+w*(ys[i]-loo[i]), ys[i])
 	}
 	return post
 }

@@ -48,6 +48,35 @@ func TestEstimatesShrinkALuckyRun(t *testing.T) {
 	}
 }
 
+// The family may pull a config's estimate down, never lift it above its
+// own runs: a lucky run of radix on at slots=64 raises what the fit
+// predicts for every radix-on and every slots=64 config, and none measured
+// 900-955 may pass the configs measured 995-1010.
+func TestEstimatesNeverLiftAConfig(t *testing.T) {
+	st, _, _ := openFake(t, "- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}",
+		"- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}\n  - {name: radix, type: bool, values: {false: --disable-radix-cache}}")
+	n := 0
+	rec := func(radix bool, slots int, score float64) Record {
+		n++
+		s := score
+		return Record{Number: n, State: StateComplete, ScoreOK: true, Score: &s, ConfigKey: string(rune('a' + n)),
+			Params: map[string]any{"ep": "4", "radix": radix, "slots": slots}}
+	}
+	recs := []Record{
+		rec(false, 64, 900), rec(false, 128, 1000), rec(false, 192, 1010), rec(false, 256, 995),
+		rec(true, 64, 1150), rec(true, 128, 950), rec(true, 192, 945), rec(true, 256, 955),
+	}
+	ests, lead := Estimates(st, recs)
+	for _, r := range recs {
+		if e := ests[r.ConfigKey]; e.Score > e.Measured*(1+1e-9) {
+			t.Errorf("trial %d: estimate %.1f above its measurement %.1f", r.Number, e.Score, e.Measured)
+		}
+	}
+	if e := ests[lead]; e.Measured < 995 {
+		t.Errorf("leader: trial %d measured %.0f (estimate %.1f), want one measured at least 995", e.Number, e.Measured, e.Score)
+	}
+}
+
 // Runs of one config pool (geometric mean) before the estimate; with fewer
 // than three contenders the measurements stand.
 func TestEstimatesPoolRuns(t *testing.T) {
