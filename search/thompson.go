@@ -36,8 +36,9 @@ import (
 // launches, with 6.4 crash and 4.1 pruned launches per study, and 38
 // studies never declared one in 30; tempered draws with crashDraws covers
 // and crashSilentPrior: 11 launches, 4.4 crash and 1.2 pruned launches, 30
-// never. The median launch that declares such a winner is 15 for both: the
-// 94-96% families sit within one launch's noise of the winners.
+// never. The median launch that declared such a winner was 15 for both
+// (14 since estimates never lift a config above its runs): the 94-96%
+// families sit within one launch's noise of the winners.
 //
 // Every candidate is enumerated, so the space must be finite (every float
 // param with a step); the statically rejected configs are dropped once.
