@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sgtune/sgtune/objective"
+	"github.com/sgtune/sgtune/space"
 )
 
 // A config measured once far above its family is the luckiest draw, not
@@ -53,15 +54,7 @@ func TestEstimatesShrinkALuckyRun(t *testing.T) {
 // predicts for every radix-on and every slots=64 config, and none measured
 // 900-955 may pass the configs measured 995-1010.
 func TestEstimatesNeverLiftAConfig(t *testing.T) {
-	st, _, _ := openFake(t, "- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}",
-		"- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}\n  - {name: radix, type: bool, values: {false: --disable-radix-cache}}")
-	n := 0
-	rec := func(radix bool, slots int, score float64) Record {
-		n++
-		s := score
-		return Record{Number: n, State: StateComplete, ScoreOK: true, Score: &s, ConfigKey: string(rune('a' + n)),
-			Params: map[string]any{"ep": "4", "radix": radix, "slots": slots}}
-	}
+	st, rec := radixSlotsStudy(t)
 	recs := []Record{
 		rec(false, 64, 900), rec(false, 128, 1000), rec(false, 192, 1010), rec(false, 256, 995),
 		rec(true, 64, 1150), rec(true, 128, 950), rec(true, 192, 945), rec(true, 256, 955),
@@ -74,6 +67,21 @@ func TestEstimatesNeverLiftAConfig(t *testing.T) {
 	}
 	if e := ests[lead]; e.Measured < 995 {
 		t.Errorf("leader: trial %d measured %.0f (estimate %.1f), want one measured at least 995", e.Number, e.Measured, e.Score)
+	}
+}
+
+// radixSlotsStudy is a study of radix on/off and pool slots at ep=4, and a
+// maker of complete trials there, numbered from 1, one config each.
+func radixSlotsStudy(t *testing.T) (*space.Study, func(radix bool, slots int, score float64) Record) {
+	t.Helper()
+	st, _, _ := openFake(t, "- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}",
+		"- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}\n  - {name: radix, type: bool, values: {false: --disable-radix-cache}}")
+	n := 0
+	return st, func(radix bool, slots int, score float64) Record {
+		n++
+		s := score
+		return Record{Number: n, State: StateComplete, ScoreOK: true, Score: &s, ConfigKey: string(rune('a' + n)),
+			Params: map[string]any{"ep": "4", "radix": radix, "slots": slots}}
 	}
 }
 
@@ -105,15 +113,7 @@ func TestEstimatesPoolRuns(t *testing.T) {
 // measurement is always among them once two are confirmed: a lucky run is
 // settled by measuring it again, not by leaving it at the top of the table.
 func TestTopConfigsKeepTheBestMeasured(t *testing.T) {
-	st, _, _ := openFake(t, "- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}",
-		"- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}\n  - {name: radix, type: bool, values: {false: --disable-radix-cache}}")
-	n := 0
-	rec := func(radix bool, slots int, score float64) Record {
-		n++
-		s := score
-		return Record{Number: n, State: StateComplete, ScoreOK: true, Score: &s, ConfigKey: string(rune('a' + n)),
-			Params: map[string]any{"ep": "4", "radix": radix, "slots": slots}}
-	}
+	st, rec := radixSlotsStudy(t)
 	recs := []Record{
 		rec(false, 64, 1010), rec(false, 128, 990), rec(false, 192, 1005), rec(false, 256, 995),
 		rec(true, 64, 950), rec(true, 128, 940), rec(true, 192, 1150), rec(true, 256, 955),
