@@ -181,8 +181,9 @@ func (c *comparison) search(ctx context.Context, m method, seed int, index map[s
 		return run, fmt.Errorf("%s seed %d: %w", m.Name, seed, err)
 	}
 	run.Stored = len(sum.Records)
+	leads := leaders(&st, sum.Records)
 	if c.Trace != nil {
-		c.trace(m, seed, sum.Records, index, best)
+		c.trace(m, seed, sum.Records, leads, index, best)
 	}
 	winner := -1
 	keyIndex := map[string]int{}
@@ -213,9 +214,7 @@ func (c *comparison) search(ctx context.Context, m method, seed int, index map[s
 		if rec.State == search.StatePruned {
 			run.Pruned++
 		}
-		// The winner the study would declare now: its leader (the best
-		// estimate), the config it would confirm first.
-		if lead, ok := search.Leader(&st, sum.Records[:i+1]); ok {
+		if lead := leads[i]; lead != nil {
 			if idx, known := keyIndex[lead.ConfigKey]; known {
 				winner = idx
 			}
@@ -224,6 +223,19 @@ func (c *comparison) search(ctx context.Context, m method, seed int, index map[s
 	}
 	run.pad(c.Budget)
 	return run, nil
+}
+
+// leaders returns, after each of recs, the winner the study would declare
+// then: its leader (search.Leader: the best estimate, the config it would
+// confirm first); nil before any.
+func leaders(st *space.Study, recs []search.Record) []*search.Record {
+	out := make([]*search.Record, len(recs))
+	for i := range recs {
+		if l, ok := search.Leader(st, recs[:i+1]); ok {
+			out[i] = &l
+		}
+	}
+	return out
 }
 
 // launch scores one launch of the config at idx, after which the search
@@ -255,14 +267,14 @@ func (r *searchRun) pad(budget int) {
 }
 
 // trace prints a search's trials, one line each, in one write: state,
-// measured and true score, and the leader (the trial the study would
-// declare once that trial ended; -1 before any).
-func (c *comparison) trace(m method, seed int, recs []search.Record, index map[string]int, best float64) {
+// measured and true score, and the leader after each (see leaders; -1
+// before any).
+func (c *comparison) trace(m method, seed int, recs []search.Record, leads []*search.Record, index map[string]int, best float64) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "trace %s seed %d\n", m.Name, seed)
 	for i, rec := range recs {
 		lead := -1
-		if l, ok := search.Leader(c.Study, recs[:i+1]); ok {
+		if l := leads[i]; l != nil {
 			lead = l.Number
 		}
 		truth := "-"
