@@ -152,6 +152,23 @@ func must(t *testing.T, err error) {
 	}
 }
 
+// eventually calls cond every step until it reports true, and fails the
+// test with its last message once within has passed.
+func eventually(t *testing.T, within, step time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+		time.Sleep(step)
+	}
+}
+
 func testFinishedTrialSettersFail(t *testing.T, b *backend) {
 	s := b.open(t)
 	study := mustStudy(t, s, "fin", goptuna.StudyDirectionMinimize)

@@ -219,18 +219,11 @@ func testKeepAlive(t *testing.T, b *backend) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.KeepAlive(ctx, id, 2*time.Millisecond) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	eventually(t, 10*time.Second, time.Millisecond, func() (bool, string) {
 		hb, err := s.LastHeartbeat(id)
 		must(t, err)
-		if hb.After(old.Add(time.Minute)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("KeepAlive never beat")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return hb.After(old.Add(time.Minute)), "KeepAlive never beat"
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("KeepAlive after cancel = %v", err)

@@ -509,21 +509,14 @@ func testKilledWriterLeavesConsistentDB(t *testing.T, b *backend) {
 		// noticed the killed client yet: its open transaction still locks
 		// the trial, and the reaper skips locked rows (SKIP LOCKED) until
 		// the server ends that backend.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		eventually(t, 10*time.Second, 50*time.Millisecond, func() (bool, string) {
 			if _, err := s.ReapStale(study, 0, 0); err != nil {
 				t.Fatal(err)
 			}
 			ids, err := s.StaleRunning(study, 0)
 			must(t, err)
-			if len(ids) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("still running 10 s after the kill, reaped again and again: %v", ids)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return len(ids) == 0, fmt.Sprintf("still running 10 s after the kill, reaped again and again: %v", ids)
+		})
 		t.Logf("round %d: killed after %d reported trials; %d trials in DB, %d complete, %d left running, integrity ok", round, reported, len(all), complete, running)
 	}
 }
