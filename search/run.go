@@ -252,6 +252,9 @@ func (r *runner) open(ctx context.Context, target objective.Target) error {
 	if err != nil {
 		return fmt.Errorf("open study %q: %w", r.st.Name, err)
 	}
+	if err := r.checkFingerprint(); err != nil {
+		return err
+	}
 	if r.uid, err = r.studyUID(); err != nil {
 		return err
 	}
@@ -600,6 +603,59 @@ func (r *runner) describeStudy() error {
 		if err := r.store.SetStudyUserAttr(r.study.ID, k, attrs[k]); err != nil {
 			return fmt.Errorf("store the study's %s: %w", k, err)
 		}
+	}
+	return nil
+}
+
+// checkFingerprint refuses to resume a study whose stored trials were
+// measured under other settings than the study file now says (see
+// space.Study.Fingerprint), naming the sections that changed, and stores
+// the file's fingerprint otherwise. A study without trials takes the new
+// settings.
+func (r *runner) checkFingerprint() error {
+	fp, err := r.st.Fingerprint()
+	if err != nil {
+		return err
+	}
+	attrs, err := r.store.GetStudySystemAttrs(r.study.ID)
+	if err != nil {
+		return fmt.Errorf("read study attributes: %w", err)
+	}
+	var stored map[string]string
+	if s := attrs[storage.AttrFingerprint]; s != "" {
+		if err := json.Unmarshal([]byte(s), &stored); err != nil {
+			return fmt.Errorf("study %q: stored %s: %w", r.st.Name, storage.AttrFingerprint, err)
+		}
+	}
+	var changed []string
+	for _, k := range slices.Sorted(maps.Keys(fp)) {
+		if old, ok := stored[k]; ok && old != fp[k] {
+			changed = append(changed, k)
+		}
+	}
+	if len(changed) > 0 {
+		recs, err := Records(r.store, r.st.Name)
+		if err != nil {
+			return err
+		}
+		if len(recs) > 0 {
+			hint := ""
+			if slices.Contains(changed, "score") {
+				hint = "; to score the stored trials another way, run sgtune rescore"
+			}
+			return errext.Bad(fmt.Errorf("%s: %s changed since study %q measured its %d trials in this storage, and new trials would not compare with them: restore the file's %s, or start another study (a new name: or another --storage)%s",
+				r.st.Path, strings.Join(changed, ", "), r.st.Name, len(recs), strings.Join(changed, ", "), hint))
+		}
+	}
+	if maps.Equal(stored, fp) {
+		return nil
+	}
+	b, err := json.Marshal(fp)
+	if err != nil {
+		return err
+	}
+	if err := r.store.SetStudySystemAttr(r.study.ID, storage.AttrFingerprint, string(b)); err != nil {
+		return fmt.Errorf("store the study's fingerprint: %w", err)
 	}
 	return nil
 }

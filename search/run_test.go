@@ -15,6 +15,7 @@ import (
 	"github.com/c-bata/goptuna"
 
 	"github.com/sgtune/sgtune/engine"
+	"github.com/sgtune/sgtune/errext"
 	"github.com/sgtune/sgtune/launcher"
 	"github.com/sgtune/sgtune/objective"
 	"github.com/sgtune/sgtune/space"
@@ -667,5 +668,58 @@ func TestConfirmRunsAreNotPruned(t *testing.T) {
 				t.Errorf("candidate %d: run %+v did not count its measurement", c.Trial, m)
 			}
 		}
+	}
+}
+
+// TestResumeRefusesChangedStudy: a study resumed from a file whose fixed
+// flags, workload or score changed would mix trials that do not compare;
+// the run refuses (exit code 2) naming the sections, launches and writes
+// nothing. A larger budget or a wider param keeps every trial valid and
+// resumes.
+func TestResumeRefusesChangedStudy(t *testing.T) {
+	st, store, _ := openFake(t, "trials: 6", "trials: 2")
+	b := &fakeBackend{}
+	if _, err, _ := runFake(t, context.Background(), st, store, b, 1); err != nil {
+		t.Fatal(err)
+	}
+	reparse := func(replace ...string) *space.Study {
+		t.Helper()
+		doc := strings.NewReplacer(replace...).Replace(unitStudy)
+		edited, err := space.Parse(st.Path, []byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return edited
+	}
+	before, err := Records(store, st.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		replace []string
+		want    string
+	}{
+		{[]string{"--tp-size: 4", "--tp-size: 2"}, ": fixed changed since"},
+		{[]string{"max_tokens: 8", "max_tokens: 16", "concurrency: 4}", "concurrency: 4, slo: [{metric: ttft, percentile: p50, max_s: 1}]}"}, ": score, workload changed since"},
+		{[]string{"model: m", "model: other"}, ": model changed since"},
+	} {
+		b.launches = nil
+		_, err, _ := runFake(t, context.Background(), reparse(tc.replace...), store, b, 1)
+		if errext.Code(err) != errext.BadInput || !strings.Contains(fmt.Sprint(err), tc.want) {
+			t.Errorf("%v: got %v (exit %d), want exit 2 with %q", tc.replace, err, errext.Code(err), tc.want)
+		}
+		if len(b.launches) != 0 {
+			t.Errorf("%v: launched %d trials", tc.replace, len(b.launches))
+		}
+	}
+	if after, err := Records(store, st.Name); err != nil || len(after) != len(before) {
+		t.Fatalf("refused runs wrote trials: %d -> %d (%v)", len(before), len(after), err)
+	}
+	sum, err, _ := runFake(t, context.Background(), reparse("trials: 6", "trials: 4", "high: 512", "high: 1024"), store, b, 1)
+	if err != nil {
+		t.Fatalf("a larger budget and a wider param: %v", err)
+	}
+	if c := states(sum.Records); c[StateComplete] != 4 {
+		t.Errorf("resumed with a larger budget: states %v, want 4 complete", c)
 	}
 }

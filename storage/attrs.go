@@ -85,6 +85,10 @@ const (
 	// AttrUID (study system attr): a random ID of the study, which tags
 	// its servers' processes.
 	AttrUID = "sgtune.uid"
+	// AttrFingerprint (study system attr): per section of the study file
+	// that decides what a measurement means, a hash of it (JSON; see
+	// space.Study.Fingerprint), to refuse resuming from an edited file.
+	AttrFingerprint = "sgtune.fingerprint"
 	// AttrFixedParams (system) is goptuna's attribute holding the internal
 	// params a WAITING trial must use (what Study.EnqueueTrial writes).
 	AttrFixedParams = "fixed_params"

@@ -37,7 +37,11 @@ func (a *app) runCmd() *cobra.Command {
 engine's rules say cannot work, launches and benchmarks the rest (one trial per
 GPU group, side by side with --parallel), and stores every trial. Running the same command again continues the
 study: trial numbers continue, completed trials are kept, and trials that were
-interrupted are re-run first.
+interrupted are re-run first. A study resumes only from the file it was
+measured under: when its engine, model, fixed flags, GPUs per trial, workload
+or score changed, run refuses (exit 2) and names them, since new trials would
+not compare with the stored ones. The budget, the params' ranges and the
+launch settings may change.
 
 The first Ctrl-C stops launching, ends the running trial cleanly and marks it to
 be retried; a second Ctrl-C tears the servers down at once; a third exits.

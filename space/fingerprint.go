@@ -1,0 +1,48 @@
+package space
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+)
+
+// Fingerprint returns, per section of the study file that decides what a
+// trial's measurement means, a hash of what the file says there: the
+// server that runs (engine, model, fixed flags, GPUs per trial), the load
+// it is measured under (workload) and how it is scored (score). Trials
+// measured under one fingerprint do not compare with trials measured
+// under another, so a study resumed from an edited file must not mix
+// them. What only steers the search (budget, params' ranges, constraints,
+// GPU groups, launch settings, memory hints) is left out: widening a
+// param or adding trials keeps every stored measurement valid, and each
+// trial stores the flags it ran with.
+func (s *Study) Fingerprint() (map[string]string, error) {
+	sections := map[string]any{
+		"engine": struct {
+			Name    string
+			Command []string
+			Version string
+			Env     map[string]string
+			Schema  string
+		}{s.Engine.Name, s.Engine.Command, s.Engine.Version, s.Engine.Env, s.SchemaFile},
+		"model": struct {
+			Path, Served, Revision string
+			Hybrid, MoE            bool
+		}{s.Model, s.ServedModelName, s.ModelRevision, s.Hybrid, s.MoE},
+		"fixed":    s.Fixed,
+		"gpus":     struct{ PerTrial, CPUsPerTrial int }{s.GPUsPerTrial, s.CPUsPerTrial},
+		"workload": s.Workload,
+		"score":    s.Score,
+	}
+	out := make(map[string]string, len(sections))
+	for name, v := range sections {
+		b, err := json.Marshal(v) // maps marshal with sorted keys
+		if err != nil {
+			return nil, fmt.Errorf("fingerprint %s: %w", name, err)
+		}
+		sum := sha256.Sum256(b)
+		out[name] = hex.EncodeToString(sum[:8])
+	}
+	return out, nil
+}
