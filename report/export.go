@@ -50,6 +50,10 @@ type Launch struct {
 	APIKeyEnv string
 	// Created is the export's date; the CLI sets it, tests fix it.
 	Created time.Time
+	// Warning says why the trial is not a config to deploy (it failed, was
+	// stopped, or missed its SLO); "" for one that passed. The header and
+	// the JSON carry it.
+	Warning string
 }
 
 // Figures are the measurements an export header quotes.
@@ -100,6 +104,7 @@ func Write(w io.Writer, format string, l Launch) error {
 			Engine        string                 `json:"engine"`
 			Study         string                 `json:"study"`
 			Trial         int                    `json:"trial"`
+			Warning       string                 `json:"warning,omitempty"`
 			Score         float64                `json:"score"`
 			ScoreReason   string                 `json:"score_reason,omitempty"`
 			Confirmed     string                 `json:"confirmed,omitempty"`
@@ -114,7 +119,7 @@ func Write(w io.Writer, format string, l Launch) error {
 			Env           map[string]string      `json:"env,omitempty"`
 			GPUs          string                 `json:"cuda_visible_devices,omitempty"`
 			Params        map[string]interface{} `json:"params"`
-		}{l.Engine.Name, l.Study, l.Trial, l.Score, l.ScoreReason, l.Confirmed, l.Measured, l.Version, l.ModelRevision, date(l.Created),
+		}{l.Engine.Name, l.Study, l.Trial, l.Warning, l.Score, l.ScoreReason, l.Confirmed, l.Measured, l.Version, l.ModelRevision, date(l.Created),
 			l.APIKeyEnv, l.Command, model, l.Flags, l.Env, l.GPUs, l.Params})
 	}
 	return fmt.Errorf("unknown format %q (valid: %s)", format, strings.Join(Formats, ", "))
@@ -166,6 +171,9 @@ func header(w io.Writer, l Launch) {
 	row := func(k, v string) { fmt.Fprintf(w, "#   %-15s %s\n", k+":", oneLine(v)) }
 	row("study", l.Study)
 	row("trial", fmt.Sprint(l.Trial))
+	if l.Warning != "" {
+		row("WARNING", l.Warning)
+	}
 	score := fmt.Sprintf("%.2f", l.Score)
 	if l.ScoreReason != "" {
 		score += " (" + l.ScoreReason + ")"

@@ -190,3 +190,58 @@ func TestStaleWinnerNotQuoted(t *testing.T) {
 		t.Errorf("export quotes a stale confirmation (%v):\n%s", err, body)
 	}
 }
+
+// A trial that is not a config to deploy still exports (to reproduce a
+// crash), with a warning on stderr and in the script's header.
+func TestExportWarnsUndeployable(t *testing.T) {
+	dir := t.TempDir()
+	db := seedStudy(t, dir, []fakeTrial{
+		{name: "ok", tokS: 2000, ttftLo: 0.2, ttftHi: 1.0},
+		{name: "slow-tail", tokS: 2500, ttftLo: 0.2, ttftHi: 3.0},
+	}, nil)
+	for _, tc := range []struct {
+		trial string
+		want  string // in stderr and the header; "" for none
+	}{
+		{"0", ""},
+		{"1", "trial 1 missed its SLO or quality gates (concurrency 64: ttft p99 2.972 s > 2.000 s)"},
+	} {
+		script := filepath.Join(dir, "t"+tc.trial+".sh")
+		code, out := cli(t, nil, nil, "export", "--storage", db, "--trial", tc.trial, "-o", script)
+		body, err := os.ReadFile(script)
+		if code != 0 || err != nil {
+			t.Fatalf("export --trial %s: exit %d, %v\n%s", tc.trial, code, err, out)
+		}
+		if tc.want == "" {
+			if strings.Contains(out, "warning") || strings.Contains(string(body), "WARNING") {
+				t.Errorf("trial %s passed, but export warns:\n%s\n%s", tc.trial, out, body)
+			}
+			continue
+		}
+		if !strings.Contains(out, "warning: "+tc.want) || !strings.Contains(string(body), "#   WARNING:        "+tc.want) {
+			t.Errorf("export --trial %s: want warning %q on stderr and in the header:\n%s\n%s", tc.trial, tc.want, out, body)
+		}
+	}
+}
+
+func TestNotDeployable(t *testing.T) {
+	score := 10.0
+	for _, tc := range []struct {
+		rec  search.Record
+		want string
+	}{
+		{search.Record{Number: 1, State: search.StateComplete, ScoreOK: true, Score: &score}, ""},
+		{search.Record{Number: 2, State: search.StateFailed, FailureClass: "illegal_memory_access", Reason: "CUDA error"},
+			"trial 2 failed (illegal_memory_access: CUDA error); this config crashed or broke, export it to reproduce the failure, not to deploy"},
+		{search.Record{Number: 3, State: search.StateInterrupted, Reason: "interrupted during measurement"},
+			"trial 3 is interrupted, not measured to the end (interrupted during measurement); its config is untested under the study's workload"},
+		{search.Record{Number: 4, State: search.StatePruned},
+			"trial 4 is pruned, not measured to the end (no reason stored); its config is untested under the study's workload"},
+		{search.Record{Number: 5, State: search.StateComplete, ScoreReason: "ttft p99 3.1 s > 2 s"},
+			"trial 5 missed its SLO or quality gates (ttft p99 3.1 s > 2 s)"},
+	} {
+		if got := notDeployable(tc.rec); got != tc.want {
+			t.Errorf("trial %d (%s): got %q, want %q", tc.rec.Number, tc.rec.State, got, tc.want)
+		}
+	}
+}

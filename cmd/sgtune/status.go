@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -139,7 +140,11 @@ schema of the study's engine version, or --flags-schema FILE); an unknown flag
 or a bad value exits 2 naming the flag and the closest valid one, and nothing
 is written. The header records the study, trial, score (for the declared
 winner also its pooled confirmation runs), throughput and TTFT p99 at the
-scored level, engine version, model revision (when stored) and date.`,
+scored level, engine version, model revision (when stored) and date.
+
+A trial that failed, was stopped before the end or missed its SLO or gates
+still exports (to reproduce it), with a warning on stderr and a WARNING line
+in the header.`,
 		Example: `  sgtune export --format bash -o best-launch.sh
   sgtune export --trial 7 --format json
   sgtune export --command "sglang serve" -o launch.sh
@@ -195,6 +200,9 @@ scored level, engine version, model revision (when stored) and date.`,
 			if rec.Score != nil {
 				l.Score = *rec.Score
 			}
+			if l.Warning = notDeployable(rec); l.Warning != "" {
+				fmt.Fprintf(a.stderr, "warning: %s\n", l.Warning)
+			}
 			if w := d.confirmation(rec); w != nil {
 				l.Confirmed = strings.TrimPrefix(w.Confirmed(), "confirmed: ")
 			}
@@ -228,6 +236,25 @@ scored level, engine version, model revision (when stored) and date.`,
 	f.StringVar(&schemaFile, "flags-schema", "", "check the flags against this flag schema file (default: the bundled schema of the study's engine version)")
 	f.StringVar(&apiKeyEnv, "api-key-env", report.DefaultAPIKeyEnv, "environment variable the script reads the server's API key from at run time")
 	return cmd
+}
+
+// notDeployable says why an exported trial is not a config to deploy: it
+// did not run to the end, or missed its SLO or quality gates; "" when it
+// passed. Such a trial may still be exported, to reproduce a crash.
+func notDeployable(rec search.Record) string {
+	switch {
+	case rec.State == search.StateFailed:
+		why := rec.FailureClass
+		if rec.Reason != "" {
+			why += ": " + rec.Reason
+		}
+		return fmt.Sprintf("trial %d failed (%s); this config crashed or broke, export it to reproduce the failure, not to deploy", rec.Number, why)
+	case rec.State != search.StateComplete:
+		return fmt.Sprintf("trial %d is %s, not measured to the end (%s); its config is untested under the study's workload", rec.Number, rec.State, cmp.Or(rec.Reason, "no reason stored"))
+	case !rec.ScoreOK:
+		return fmt.Sprintf("trial %d missed its SLO or quality gates (%s)", rec.Number, cmp.Or(rec.ScoreReason, "no reason stored"))
+	}
+	return ""
 }
 
 // writeExecutable writes b to path through a temporary file and a rename:
