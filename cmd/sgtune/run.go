@@ -107,7 +107,7 @@ func (a *app) watchSignals(stop context.CancelFunc, abort chan struct{}, done <-
 		case <-a.interrupts:
 			switch n++; n {
 			case 1:
-				fmt.Fprintln(a.stderr, "sgtune: interrupt: finishing the running trial cleanly (Ctrl-C again to tear down at once)")
+				fmt.Fprintln(a.stderr, "sgtune: interrupt: stopping the running trial cleanly; it is re-run when the study resumes (Ctrl-C again to tear down at once)")
 				stop()
 			case 2:
 				fmt.Fprintln(a.stderr, "sgtune: second interrupt: tearing down now (Ctrl-C again to exit at once)")
