@@ -165,3 +165,21 @@ func TestCheckVerdicts(t *testing.T) {
 		})
 	}
 }
+
+// The commands --help lists all run: help and completion too, which cobra
+// adds only inside Execute; an unknown command is a usage error.
+func TestListedCommandsRun(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"help", "run"}, 0, "Run proposes configurations"},
+		{[]string{"completion", "bash"}, 0, "bash completion"},
+		{[]string{"nope"}, 2, `unknown command "nope" for "sgtune"`},
+	} {
+		if code, out := cli(t, nil, nil, tc.args...); code != tc.code || !strings.Contains(out, tc.want) {
+			t.Errorf("sgtune %s: exit %d, want %d with %q:\n%.300s", strings.Join(tc.args, " "), code, tc.code, tc.want, out)
+		}
+	}
+}

@@ -53,6 +53,10 @@ func (a *app) execute(ctx context.Context, args []string) int {
 	root.SetArgs(args)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
+	// cobra adds help and completion only inside Execute; add them now, so
+	// that Find below knows them.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
 	// run and worker handle their interrupts themselves (graceful, then at once); any other
 	// command is simply cancelled by the first one.
 	c, _, err := root.Find(args)
