@@ -179,6 +179,36 @@ func TestTieWithinSpread(t *testing.T) {
 	}
 }
 
+// Every config tied with the best is named, as the study declares: a
+// review's report named the top two and left out the declared winner,
+// trial 4, tied with the best through its own wider spread.
+func TestTieNamesEveryTiedConfig(t *testing.T) {
+	v := buildView(Study{Confirmations: []Confirmation{
+		{Trial: 4, Pooled: 34557.2, Spread: 2129.8},
+		{Trial: 3, Pooled: 36046.3, Spread: 860.4},
+		{Trial: 2, Pooled: 35277.1, Spread: 500},
+		{Trial: 7, Pooled: 30000, Spread: 900},
+	}})
+	want := "Tie within the measured spread: trial 2 (35,277) and trial 4 (34,557) lie below the best pooled score, trial 3's 36,046, by less than the spread (up to 2,130); no measured difference between them."
+	if v.Tie != want {
+		t.Errorf("tie:\n got %q\nwant %q", v.Tie, want)
+	}
+}
+
+// Confirmation reruns are not ranked beside their config's first run.
+func TestRankingLeavesOutReruns(t *testing.T) {
+	score := func(v float64) *float64 { return &v }
+	first := 0
+	got := rankComplete([]Trial{
+		{Number: 0, State: "complete", ScoreOK: true, Score: score(100)},
+		{Number: 1, State: "complete", ScoreOK: true, Score: score(120)},
+		{Number: 2, State: "complete", ScoreOK: true, Score: score(130), ConfirmOf: &first},
+	})
+	if len(got) != 2 || got[0].Number != 1 || got[1].Number != 0 {
+		t.Errorf("ranked %+v, want trials 1 then 0", got)
+	}
+}
+
 func TestParetoFront(t *testing.T) {
 	pts := []paretoPoint{
 		{Trial: 0, OutputTokS: 100, TTFTP99: 1.0},

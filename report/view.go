@@ -222,7 +222,9 @@ func contains(list []string, s string) bool {
 func rankComplete(trials []Trial) []Trial {
 	var out []Trial
 	for _, t := range trials {
-		if t.State == "complete" && t.ScoreOK && t.Score != nil {
+		// A confirmation rerun measures a config the ranking already
+		// holds; the confirmation table shows its runs together.
+		if t.State == "complete" && t.ScoreOK && t.Score != nil && t.ConfirmOf == nil {
 			out = append(out, t)
 		}
 	}
@@ -297,8 +299,10 @@ func (v *view) paretoOf(t Trial) paretoPoint {
 	return paretoPoint{Trial: t.Number, OutputTokS: l.OutputTokS, TTFTP99: l.TTFTP99, OK: t.ScoreOK}
 }
 
-// confirmations fills the confirmation rows and the tie verdict: the top
-// two pooled scores tie when they differ by less than the larger spread.
+// confirmations fills the confirmation rows and the tie verdict: as the
+// study declares its winner (search.declare), a config whose pooled score
+// is below the best by less than the larger of the two spreads ties with
+// the best.
 func (v *view) confirmations() {
 	cs := append([]Confirmation(nil), v.St.Confirmations...)
 	sort.SliceStable(cs, func(i, j int) bool { return cs[i].Pooled > cs[j].Pooled })
@@ -313,14 +317,31 @@ func (v *view) confirmations() {
 		}
 		v.Confirm = append(v.Confirm, r)
 	}
-	if len(cs) >= 2 {
-		a, b := cs[0], cs[1]
-		spread := math.Max(a.Spread, b.Spread)
-		if d := a.Pooled - b.Pooled; d < spread {
-			v.Tie = fmt.Sprintf("Tie within the measured spread: trial %d (%s) and trial %d (%s) differ by %s, less than the spread %s.",
-				a.Trial, formatScore(a.Pooled), b.Trial, formatScore(b.Pooled), formatScore(d), formatScore(spread))
+	if len(cs) < 2 {
+		return
+	}
+	top := cs[0]
+	var tied []string
+	spread := 0.0
+	for _, c := range cs[1:] {
+		if s := math.Max(top.Spread, c.Spread); top.Pooled-c.Pooled < s {
+			tied = append(tied, fmt.Sprintf("trial %d (%s)", c.Trial, formatScore(c.Pooled)))
+			spread = math.Max(spread, s)
 		}
 	}
+	if len(tied) == 0 {
+		return
+	}
+	v.Tie = fmt.Sprintf("Tie within the measured spread: %s %s below the best pooled score, trial %d's %s, by less than the spread (up to %s); no measured difference between them.",
+		joinAnd(tied), map[bool]string{true: "lies", false: "lie"}[len(tied) == 1], top.Trial, formatScore(top.Pooled), formatScore(spread))
+}
+
+// joinAnd joins "a", "a and b", "a, b and c".
+func joinAnd(xs []string) string {
+	if len(xs) <= 1 {
+		return strings.Join(xs, "")
+	}
+	return strings.Join(xs[:len(xs)-1], ", ") + " and " + xs[len(xs)-1]
 }
 
 func (v *view) plotSpecs() []plotSpec {
