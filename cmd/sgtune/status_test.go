@@ -219,3 +219,21 @@ func TestStatusBadInput(t *testing.T) {
 		t.Errorf("status created %s", missing)
 	}
 }
+
+// Plain status tells a trial left running by a dead process (kill -9 of
+// the run) from one that runs, as status --watch does.
+func TestStatusNamesStaleTrial(t *testing.T) {
+	db := seedStudy(t, t.TempDir(), rankingTrials, nil)
+	proc := exec.Command("true")
+	if err := proc.Run(); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	owner := fmt.Sprintf("%s:%d", host, proc.Process.Pid)
+	addRunning(t, db, owner)
+	code, out := cli(t, nil, nil, "status", "--storage", db)
+	want := "stale: trial 3 was left running by process " + owner + ", which has ended; the next run re-runs it\n"
+	if code != 0 || !strings.Contains(out, want) || strings.Contains(out, "running: trial 3") {
+		t.Errorf("status: exit %d, want %q and no running line:\n%s", code, want, out)
+	}
+}

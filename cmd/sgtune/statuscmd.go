@@ -127,7 +127,14 @@ func statusText(d *studyData, now time.Time) string {
 			detail(r), space.Params(r.Params).String())
 	}
 	tw.Flush()
+	host, _ := os.Hostname()
 	for _, r := range running {
+		// A trial whose process died (kill -9) stays "running" in the
+		// storage until a run takes it over.
+		if ownerAlive(r.Owner, host) == aliveNo {
+			fmt.Fprintf(&b, "stale: trial %d was left running by process %s, which has ended; the next run re-runs it\n", r.Number, r.Owner)
+			continue
+		}
 		fmt.Fprintf(&b, "running: trial %d for %s", r.Number, clock(now.Sub(r.Start)))
 		if r.Owner != "" {
 			fmt.Fprintf(&b, " (process %s)", r.Owner)
