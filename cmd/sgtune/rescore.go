@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"text/tabwriter"
 
@@ -92,6 +93,9 @@ declared; the old winner is the one the study declared.`,
 			if cmd.Flags().Changed("concurrency") {
 				if concurrency < 0 {
 					return badInput(fmt.Errorf("--concurrency %d: want a measured level, or 0 for the highest", concurrency))
+				}
+				if levels := measuredLevels(d.recs); concurrency > 0 && !slices.Contains(levels, concurrency) {
+					return badInput(fmt.Errorf("--concurrency %d: not a measured level; valid: one of %v, or 0 for the highest", concurrency, levels))
 				}
 				spec.Concurrency = concurrency
 			}
@@ -359,4 +363,19 @@ func rankText(k int) string {
 		return "-"
 	}
 	return fmt.Sprint(k)
+}
+
+// measuredLevels lists the concurrency levels the study's trials measured,
+// ascending.
+func measuredLevels(recs []search.Record) []int {
+	var out []int
+	for _, r := range recs {
+		for c := range r.Medians() {
+			if !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -300,6 +300,7 @@ func TestRescoreBadInput(t *testing.T) {
 		{[]string{"--metric", "speed"}, "want output_tok_s, goodput or capacity"},
 		{[]string{"--metric", "goodput", "--slo", "itl p99 < 0.05s"}, "inter-token latency"},
 		{nil, "say what to change"},
+		{[]string{"--concurrency", "32"}, "--concurrency 32: not a measured level; valid: one of [64], or 0 for the highest"},
 		{[]string{"--slo", "ttft p99 < 1s", "--study", "nope"}, `no study "nope"`},
 	} {
 		code, out := cli(t, nil, nil, append([]string{"rescore", "--storage", db}, tt.args...)...)
