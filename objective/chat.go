@@ -20,7 +20,7 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 	var file []string
 	if spec.PromptsFile != "" {
 		var err error
-		if file, err = readPrompts(spec.PromptsFile); err != nil {
+		if file, err = ReadPrompts(spec.PromptsFile); err != nil {
 			return err
 		}
 	}

@@ -45,9 +45,11 @@ func syntheticPrompt(rng *rand.Rand, tag string, n int) string {
 	return b.String()
 }
 
-// readPrompts reads prompts from a file: JSONL objects with a "prompt",
-// "text" or "content" string, or else one prompt per line.
-func readPrompts(path string) ([]string, error) {
+// ReadPrompts reads prompts from a file: JSONL objects with a "prompt",
+// "text" or "content" string, or else one prompt per line. Study files and
+// bench read it up front, so that a missing or empty file is bad input
+// before any server is started or contacted.
+func ReadPrompts(path string) ([]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("prompts file: %w", err)

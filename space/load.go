@@ -957,8 +957,13 @@ func (d *dec) workload(st *Study, top *mapNode) {
 	if c.int("prompt_tokens", &ch.PromptTokens) && ch.PromptTokens < 0 {
 		c.failKey("prompt_tokens", "%d; valid: an integer >= 0 (0 = the load generator's default)", ch.PromptTokens)
 	}
-	if c.str("prompts_file", &ch.PromptsFile) && !filepath.IsAbs(ch.PromptsFile) {
-		ch.PromptsFile = filepath.Join(filepath.Dir(st.Path), ch.PromptsFile)
+	if c.str("prompts_file", &ch.PromptsFile) {
+		if !filepath.IsAbs(ch.PromptsFile) {
+			ch.PromptsFile = filepath.Join(filepath.Dir(st.Path), ch.PromptsFile)
+		}
+		if _, err := objective.ReadPrompts(ch.PromptsFile); err != nil {
+			c.failKey("prompts_file", "%v; valid: a readable file of prompts, one per line or JSONL with a prompt, text or content string (a relative path is relative to the study file)", err)
+		}
 	}
 	c.bool("reuse_prompts", &ch.ReusePrompts)
 	c.bool("ignore_eos", &ch.IgnoreEOS)

@@ -278,6 +278,11 @@ func (f *benchFlags) resolve(cmd *cobra.Command, getenv func(string) string) (ob
 	if err := w.Validate(); err != nil {
 		return w, t, err
 	}
+	if f.promptsFile != "" {
+		if _, err := objective.ReadPrompts(f.promptsFile); err != nil {
+			return w, t, fmt.Errorf("--prompts-file: %w", err)
+		}
+	}
 	return w, t, nil
 }
 
