@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -13,8 +15,12 @@ import (
 	"github.com/sgtune/sgtune/space"
 )
 
-// reasonsPerRule bounds the distinct reasons the text output lists per rule.
+// reasonsPerRule bounds the reasons the text output lists per rule.
 const reasonsPerRule = 8
+
+// mergeAbove is how many reasons differing only in their numbers keep a
+// line each (see mergeNumbers).
+const mergeAbove = 3
 
 type ruleGroup struct {
 	rule  string
@@ -23,7 +29,8 @@ type ruleGroup struct {
 }
 
 // groupRejections groups distinct rejections by rule, biggest rule first;
-// within a rule the survey's order (count, then message) is kept.
+// within a rule, reasons that differ only in their numbers are one line
+// (see mergeNumbers), most configs first.
 func groupRejections(rs []space.RejectionCount) []ruleGroup {
 	idx := map[string]int{}
 	var out []ruleGroup
@@ -37,8 +44,102 @@ func groupRejections(rs []space.RejectionCount) []ruleGroup {
 		out[i].total += r.Count
 		out[i].items = append(out[i].items, r)
 	}
+	for i := range out {
+		out[i].items = mergeNumbers(out[i].items)
+	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].total > out[j].total })
 	return out
+}
+
+// mergeNumbers merges reasons that read the same but for their numbers
+// ("predicted KV tokens -20643: no memory left", "... -108858: ...") into
+// one, each number shown as the range it spans (-197072…-20643), with the
+// counts summed, when more than mergeAbove of them do; fewer (a param's
+// few choices: 128 // 5 = 25, 256 // 5 = 51) keep a line each. Most
+// configs first, then by text. A number is a word of its own, bar
+// punctuation around it: fp8 or glm45 stay as they are.
+func mergeNumbers(items []space.RejectionCount) []space.RejectionCount {
+	type merged struct {
+		words    []string
+		lo, hi   []float64
+		loS, hiS []string
+		count    int
+		rule     string
+		members  []space.RejectionCount
+	}
+	var order []string
+	by := map[string]*merged{}
+	for _, it := range items {
+		words := strings.Split(it.Message, " ")
+		shape := make([]string, len(words))
+		var nums []float64
+		var texts []string
+		for i, w := range words {
+			pre, core, post := splitNumber(w)
+			if v, err := strconv.ParseFloat(core, 64); err == nil && core != "" {
+				shape[i] = pre + "#" + post
+				nums, texts = append(nums, v), append(texts, core)
+				continue
+			}
+			shape[i] = w
+		}
+		key := strings.Join(shape, " ")
+		m := by[key]
+		if m == nil {
+			m = &merged{words: shape, lo: slices.Clone(nums), hi: slices.Clone(nums), loS: slices.Clone(texts), hiS: slices.Clone(texts), rule: it.Rule}
+			by[key] = m
+			order = append(order, key)
+		}
+		for k, v := range nums {
+			if v < m.lo[k] {
+				m.lo[k], m.loS[k] = v, texts[k]
+			}
+			if v > m.hi[k] {
+				m.hi[k], m.hiS[k] = v, texts[k]
+			}
+		}
+		m.count += it.Count
+		m.members = append(m.members, it)
+	}
+	out := make([]space.RejectionCount, 0, len(order))
+	for _, key := range order {
+		m := by[key]
+		if len(m.members) <= mergeAbove {
+			out = append(out, m.members...)
+			continue
+		}
+		words := slices.Clone(m.words)
+		k := 0
+		for i, w := range words {
+			pre, core, post := splitNumber(w)
+			if core != "#" {
+				continue
+			}
+			num := m.loS[k]
+			if m.lo[k] != m.hi[k] {
+				num += "…" + m.hiS[k]
+			}
+			words[i] = pre + num + post
+			k++
+		}
+		out = append(out, space.RejectionCount{Rule: m.rule, Message: strings.Join(words, " "), Count: m.count})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Count != out[j].Count {
+			return out[i].Count > out[j].Count
+		}
+		return out[i].Message < out[j].Message
+	})
+	return out
+}
+
+// splitNumber splits a word into leading punctuation, its core and
+// trailing punctuation: "(~192" is "(~", "192", "".
+func splitNumber(w string) (pre, core, post string) {
+	core = strings.TrimLeft(w, "(~[")
+	pre = w[:len(w)-len(core)]
+	trimmed := strings.TrimRight(core, "):;,]%")
+	return pre, trimmed, core[len(trimmed):]
 }
 
 // checkCmd is `sgtune check STUDY_FILE [--json]`.
@@ -131,7 +232,7 @@ func printSurvey(w io.Writer, st *space.Study, pre *search.Preflight) {
 	if len(sv.Rejections) > 0 {
 		fmt.Fprintf(w, "rejections by rule (a config can break several):\n")
 		for _, g := range groupRejections(sv.Rejections) {
-			fmt.Fprintf(w, "  %s: %d configs, %d distinct reasons\n", g.rule, g.total, len(g.items))
+			fmt.Fprintf(w, "  %s: %d configs\n", g.rule, g.total)
 			for i, r := range g.items {
 				if i == reasonsPerRule && len(g.items) > reasonsPerRule+1 {
 					fmt.Fprintf(w, "    ... and %d more %s reasons (see --json)\n", len(g.items)-reasonsPerRule, g.rule)

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sgtune/sgtune/space"
 )
 
 func runCheck(t *testing.T, args ...string) (int, string) {
@@ -181,5 +184,42 @@ func TestListedCommandsRun(t *testing.T) {
 		if code, out := cli(t, nil, nil, tc.args...); code != tc.code || !strings.Contains(out, tc.want) {
 			t.Errorf("sgtune %s: exit %d, want %d with %q:\n%.300s", strings.Join(tc.args, " "), code, tc.code, tc.want, out)
 		}
+	}
+}
+
+// Reasons that differ only in their numbers are one line with the range
+// each number spans once there are more than mergeAbove of them; a
+// param's few choices keep a line each, and words such as fp8 are not
+// numbers.
+func TestMergeNumbers(t *testing.T) {
+	kv := func(n string, c int) space.RejectionCount {
+		return space.RejectionCount{Rule: "kv_capacity", Message: "predicted KV tokens " + n + ": no memory left for the KV cache", Count: c}
+	}
+	pool := func(s string, c int) space.RejectionCount {
+		return space.RejectionCount{Rule: "limits_reduced", Message: "--max-mamba-cache-size " + s + " with overlap: " + s + " // 5 < 64", Count: c}
+	}
+	dtype := func(d string) space.RejectionCount {
+		return space.RejectionCount{Rule: "r", Message: "--kv-cache-dtype " + d + " needs sm90", Count: 1}
+	}
+	got := mergeNumbers([]space.RejectionCount{
+		kv("-108858", 32), kv("-20643", 32), kv("-197072", 32), kv("-5486", 8),
+		pool("128", 10), pool("256", 20),
+		dtype("fp8_e4m3"), dtype("fp8_e5m2"), dtype("fp4"), dtype("fp16"),
+	})
+	want := []string{
+		"104 predicted KV tokens -197072…-5486: no memory left for the KV cache",
+		"20 --max-mamba-cache-size 256 with overlap: 256 // 5 < 64",
+		"10 --max-mamba-cache-size 128 with overlap: 128 // 5 < 64",
+		"1 --kv-cache-dtype fp16 needs sm90",
+		"1 --kv-cache-dtype fp4 needs sm90",
+		"1 --kv-cache-dtype fp8_e4m3 needs sm90",
+		"1 --kv-cache-dtype fp8_e5m2 needs sm90",
+	}
+	var lines []string
+	for _, r := range got {
+		lines = append(lines, fmt.Sprintf("%d %s", r.Count, r.Message))
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 }
