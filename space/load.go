@@ -143,8 +143,11 @@ func (d *dec) command(m *mapNode, key string, n *yaml.Node) []string {
 	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str":
 		var err error
 		words, err = shell.Split(n.Value)
-		if err != nil || len(words) == 0 {
+		switch {
+		case err != nil:
 			m.failKey(key, "cannot split %q: %v; valid: a shell-style command line", n.Value, err)
+		case len(words) == 0:
+			m.failKey(key, "empty; valid: a shell-style command line such as \"python3 -m sglang.launch_server\"")
 		}
 	case n.Kind == yaml.SequenceNode && len(n.Content) > 0:
 		for i, c := range n.Content {

@@ -58,6 +58,8 @@ func TestLoadErrorTable(t *testing.T) {
 		{"not a mapping", `- a`, "t.yaml:1:1: got a list; valid: a mapping"},
 		{"missing engine", "name: x\nmodel: m\n", "t.yaml:1:1: engine: missing"},
 		{"engine name", strings.Replace(base, "name: sglang", "name: tgi", 1), `t.yaml:3:9: engine.name: "tgi"; valid: sglang, llamacpp, vllm`},
+		{"command empty", strings.Replace(base, "command: python3 -m sglang.launch_server", `command: ""`, 1), `t.yaml:4:12: engine.command: empty; valid: a shell-style command line`},
+		{"command quote", strings.Replace(base, "launch_server", "launch_server 'x", 1), `engine.command: cannot split "python3 -m sglang.launch_server 'x": unterminated single quote`},
 		{"command host", strings.Replace(base, "launch_server", "launch_server --port 1", 1), "engine.command: contains --port"},
 		{"unknown top", base + "parms: []\n", "t.yaml:6:1: parms: unknown field (did you mean params?)"},
 		{"duplicate key", base + "name: again\n", "t.yaml:6:1: name: given twice"},

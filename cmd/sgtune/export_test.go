@@ -245,3 +245,25 @@ func TestNotDeployable(t *testing.T) {
 		}
 	}
 }
+
+// --command is split as a shell would; a line no shell could run is bad
+// input and nothing is written.
+func TestExportBadCommand(t *testing.T) {
+	dir := t.TempDir()
+	db := seedStudy(t, dir, rankingTrials, nil)
+	script := filepath.Join(dir, "x.sh")
+	for _, c := range []string{"sglang serve 'unterminated", " "} {
+		code, out := cli(t, nil, nil, "export", "--storage", db, "--command", c, "-o", script)
+		if code != exitUsage || !strings.Contains(out, "--command") || !strings.Contains(out, "nothing written") {
+			t.Errorf("--command %q: exit %d, want 2 naming --command:\n%s", c, code, out)
+		}
+		if _, err := os.Stat(script); !os.IsNotExist(err) {
+			t.Errorf("--command %q: a script was written (%v)", c, err)
+		}
+	}
+	code, out := cli(t, nil, nil, "export", "--storage", db, "--command", `sglang serve --log-level "debug info"`, "-o", script)
+	body, err := os.ReadFile(script)
+	if code != 0 || err != nil || !strings.Contains(string(body), "exec sglang serve --log-level 'debug info' ") {
+		t.Errorf("a quoted --command: exit %d, %v\n%s\n%s", code, err, out, body)
+	}
+}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sgtune/sgtune/report"
 	"github.com/sgtune/sgtune/search"
+	"github.com/sgtune/sgtune/shell"
 	"github.com/sgtune/sgtune/space"
 	"github.com/sgtune/sgtune/storage"
 )
@@ -208,7 +209,11 @@ in the header.`,
 			}
 			switch {
 			case command != "":
-				l.Command = strings.Fields(command)
+				words, err := shell.Split(command)
+				if err != nil || len(words) == 0 {
+					return badInput(fmt.Errorf("--command %q: %v; valid: a shell-style command line such as \"python3 -m sglang.launch_server\"; nothing written", command, cmp.Or(err, errors.New("empty"))))
+				}
+				l.Command = words
 			case len(rec.LaunchCmd) > 0:
 				l.Command = rec.LaunchCmd
 			}
