@@ -267,3 +267,14 @@ func TestExportBadCommand(t *testing.T) {
 		t.Errorf("a quoted --command: exit %d, %v\n%s\n%s", code, err, out, body)
 	}
 }
+
+// -o into a directory that does not exist is bad input, named plainly.
+func TestExportNoDirectory(t *testing.T) {
+	db := seedStudy(t, t.TempDir(), rankingTrials, nil)
+	out := filepath.Join(t.TempDir(), "missing", "x.sh")
+	code, text := cli(t, nil, nil, "export", "--storage", db, "-o", out)
+	want := "-o " + out + ": no directory " + filepath.Dir(out) + " to write it in"
+	if code != exitUsage || !strings.Contains(text, want) || strings.Contains(text, ".x.sh.") {
+		t.Errorf("exit %d, want 2 with %q and no temporary name:\n%s", code, want, text)
+	}
+}

@@ -265,9 +265,13 @@ func notDeployable(rec search.Record) string {
 // writeExecutable writes b to path through a temporary file and a rename:
 // an existing script is replaced whole or not at all.
 func writeExecutable(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return badInput(fmt.Errorf("-o %s: no directory %s to write it in", path, dir))
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
 	if err != nil {
-		return err
+		return fmt.Errorf("-o %s: %w", path, cmp.Or(errors.Unwrap(err), err))
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(b); err != nil {
