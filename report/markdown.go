@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/sgtune/sgtune/shell"
 )
 
 // writeMarkdown writes report.md: the same study as the page, for a
@@ -33,7 +35,7 @@ func writeMarkdown(w io.Writer, v *view) {
 	} else {
 		b := st.Best
 		fmt.Fprintf(w, "## Best: trial %d, score %s\n\n", b.Number, v.WinnerScore)
-		fmt.Fprintf(w, "```\n%s\n```\n\n", strings.Join(b.Flags, " "))
+		fmt.Fprintf(w, "```\n%s\n```\n\n", shell.Join(b.Flags))
 		levelTable(w, b.Levels)
 		if v.Plateau != "" {
 			fmt.Fprintf(w, "%s\n\n", v.Plateau)

@@ -396,9 +396,19 @@ func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs ma
 	if o, ok := r.st.Observe(t.cfg, facts); ok {
 		r.learned.add(o)
 	}
-	r.emit(Event{Kind: EventReady, Trial: t.number, Phase: "ready",
-		Text: fmt.Sprintf("trial %d ready in %.1fs: max_running_requests=%d max_total_num_tokens=%d",
-			t.number, facts.StartupS, facts.MaxRunningRequests, facts.MaxTotalNumTokens)})
+	ready := fmt.Sprintf("trial %d ready in %.1fs", t.number, facts.StartupS)
+	// Only what the engine reported: vLLM's log, say, names no running cap.
+	var got []string
+	if facts.MaxRunningRequests > 0 {
+		got = append(got, fmt.Sprintf("max_running_requests=%d", facts.MaxRunningRequests))
+	}
+	if facts.MaxTotalNumTokens > 0 {
+		got = append(got, fmt.Sprintf("max_total_num_tokens=%d", facts.MaxTotalNumTokens))
+	}
+	if len(got) > 0 {
+		ready += ": " + strings.Join(got, " ")
+	}
+	r.emit(Event{Kind: EventReady, Trial: t.number, Phase: "ready", Text: ready})
 	if why := limitsReduced(facts, r.st.OnLimitsReduced); why != "" {
 		return nil, nil, why, "", nil
 	}

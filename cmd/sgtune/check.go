@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sgtune/sgtune/search"
+	"github.com/sgtune/sgtune/shell"
 	"github.com/sgtune/sgtune/space"
 )
 
@@ -206,7 +207,7 @@ func printSurvey(w io.Writer, st *space.Study, pre *search.Preflight) {
 	if st.Engine.Version != "" {
 		engine += " " + st.Engine.Version
 	}
-	fmt.Fprintf(w, "engine: %s, command: %s, flags from %s\n", engine, strings.Join(st.Engine.Command, " "), sv.Schema)
+	fmt.Fprintf(w, "engine: %s, command: %s, flags from %s\n", engine, shell.Join(st.Engine.Command), sv.Schema)
 	cpus := ""
 	if st.CPUsPerTrial > 0 {
 		cpus = fmt.Sprintf(", %d CPUs per trial", st.CPUsPerTrial)
@@ -243,6 +244,6 @@ func printSurvey(w io.Writer, st *space.Study, pre *search.Preflight) {
 		}
 	}
 	if sv.Example != nil {
-		fmt.Fprintf(w, "example feasible config: %s\n", strings.Join(st.Argv(sv.Example), " "))
+		fmt.Fprintf(w, "example feasible config: %s\n", shell.Join(st.Argv(sv.Example)))
 	}
 }

@@ -167,7 +167,7 @@ func (a *app) printSummary(st *space.Study, sum search.Summary, storagePath stri
 	} else {
 		fmt.Fprintf(a.stdout, "best: trial %d, score %.2f\n", b.Number, *b.Score)
 	}
-	fmt.Fprintf(a.stdout, "  %s\n", strings.Join(b.Flags(), " "))
+	fmt.Fprintf(a.stdout, "  %s\n", commandLine(*b))
 	hint := "sgtune export"
 	if storagePath != "sgtune.db" {
 		hint += " --storage " + storagePath

@@ -95,7 +95,7 @@ func (a *app) bestCmd() *cobra.Command {
 				fmt.Fprintf(a.stdout, "%s: %s\n", w.Confirmed(), w.Reason)
 			}
 			fmt.Fprintf(a.stdout, "params: %s\n", space.Params(b.Params).String())
-			fmt.Fprintf(a.stdout, "command: %s %s\n", strings.Join(b.Engine, " "), strings.Join(b.Flags(), " "))
+			fmt.Fprintf(a.stdout, "command: %s\n", commandLine(b))
 			med := b.Medians()
 			levels := slices.Sorted(maps.Keys(med))
 			if len(levels) > 0 {

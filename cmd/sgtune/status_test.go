@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/c-bata/goptuna"
 
+	"github.com/sgtune/sgtune/search"
 	"github.com/sgtune/sgtune/storage"
 )
 
@@ -235,5 +237,25 @@ func TestStatusNamesStaleTrial(t *testing.T) {
 	want := "stale: trial 3 was left running by process " + owner + ", which has ended; the next run re-runs it\n"
 	if code != 0 || !strings.Contains(out, want) || strings.Contains(out, "running: trial 3") {
 		t.Errorf("status: exit %d, want %q and no running line:\n%s", code, want, out)
+	}
+}
+
+// The command best and run print runs when pasted into a shell: a JSON
+// value is quoted and vLLM's model is positional, as the launcher runs it.
+func TestCommandLinePastes(t *testing.T) {
+	for _, tc := range []struct {
+		rec  search.Record
+		want string
+	}{
+		{search.Record{EngineName: "vllm", Engine: []string{"vllm", "serve"},
+			Config: json.RawMessage(`{"flags":["--model","org/m","--speculative-config","{\"method\": \"mtp\", \"num_speculative_tokens\": 2}"]}`)},
+			`vllm serve org/m --speculative-config '{"method": "mtp", "num_speculative_tokens": 2}'`},
+		{search.Record{Engine: []string{"python3", "-m", "sglang.launch_server"},
+			Config: json.RawMessage(`{"flags":["--model-path","org/m","--tp-size","4"]}`)},
+			`python3 -m sglang.launch_server --model-path org/m --tp-size 4`},
+	} {
+		if got := commandLine(tc.rec); got != tc.want {
+			t.Errorf("got  %s\nwant %s", got, tc.want)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/sgtune/sgtune/objective"
 	"github.com/sgtune/sgtune/report"
 	"github.com/sgtune/sgtune/search"
+	"github.com/sgtune/sgtune/shell"
 	"github.com/sgtune/sgtune/storage"
 )
 
@@ -269,6 +271,18 @@ func figuresAt(r search.Record, conc int) *report.Figures {
 // recordEngine is the engine a trial ran: its stored name, SGLang for
 // records from before engines were named, or an unknown name's nil (the
 // export then writes SGLang's forms; the flag check has already failed).
+// commandLine is the command that starts a trial's config, as one line a
+// shell runs unchanged: the engine's command, a positional model where
+// the engine takes one (vllm serve MODEL), then the flags, each word
+// quoted where a shell needs it (a JSON value, a space).
+func commandLine(r search.Record) string {
+	argv := append(slices.Clone(r.Engine), r.Flags()...)
+	if e := recordEngine(r); e != nil {
+		argv = e.CommandLine(r.Engine, r.Flags())
+	}
+	return shell.Join(argv)
+}
+
 func recordEngine(r search.Record) *engine.Engine {
 	name := r.EngineName
 	if name == "" {
