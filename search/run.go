@@ -157,8 +157,12 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	if err != nil {
 		return r.sum, err
 	}
-	r.emit(Event{Kind: EventStudy, Trial: -1, Text: fmt.Sprintf("study %s: %d of %d trials launched so far, %d to retry; %d worker(s)",
-		r.st.Name, r.launched, r.budget, waiting, len(groups))})
+	text := fmt.Sprintf("study %s: %d of %d trials launched so far, %d to retry; %d worker(s)", r.st.Name, r.launched, r.budget, waiting, len(groups))
+	if r.launched >= r.budget {
+		text = fmt.Sprintf("study %s: its budget of %d trials is spent (%d launched); %d to retry; %d worker(s); a larger --trials continues the search",
+			r.st.Name, r.budget, r.launched, waiting, len(groups))
+	}
+	r.emit(Event{Kind: EventStudy, Trial: -1, Text: text})
 
 	err = r.workers(ctx, groups)
 	// The winner is declared once the search is over: its budget spent or

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -57,8 +58,8 @@ starting new trials after the given time; the trial in flight finishes.`,
 			if err != nil {
 				return err
 			}
-			if trials < 0 || parallel < 0 || timeout < 0 {
-				return badInput(errors.New("--trials, --parallel and --timeout must not be negative"))
+			if err := budgetFlags(cmd, trials, parallel, timeout); err != nil {
+				return err
 			}
 			pre, store, logs, err := a.openStudy(st, storagePath, logDir, parallel)
 			if err != nil {
@@ -252,4 +253,24 @@ func openExisting(path string) (*storage.Store, error) {
 		return nil, badInput(fmt.Errorf("no storage at %s (run `sgtune run STUDY_FILE` first, or pass --storage): %w", path, err))
 	}
 	return storage.Open(path)
+}
+
+// budgetFlags checks the budget flags given on the command line: each must
+// be positive (left out, the study file's budget applies).
+func budgetFlags(cmd *cobra.Command, trials, parallel int, timeout time.Duration) error {
+	for _, f := range []struct {
+		name  string
+		bad   bool
+		value string
+		want  string
+	}{
+		{"trials", trials < 1, strconv.Itoa(trials), "an integer >= 1"},
+		{"parallel", parallel < 1, strconv.Itoa(parallel), "an integer >= 1"},
+		{"timeout", timeout <= 0, timeout.String(), "a positive duration such as 8h"},
+	} {
+		if f.bad && cmd.Flags().Changed(f.name) {
+			return badInput(fmt.Errorf("--%s %s: want %s (leave it out for the study file's budget.%s)", f.name, f.value, f.want, f.name))
+		}
+	}
+	return nil
 }

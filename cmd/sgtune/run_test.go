@@ -221,6 +221,21 @@ func TestBadInputWritesNothing(t *testing.T) {
 	if code, out := cli(t, nil, nil, "run"); code != exitUsage {
 		t.Errorf("run without a file: exit %d\n%s", code, out)
 	}
+	good := writeFile(t, dir, "good.yaml", "name: x\nmodel: m\nengine: {command: \"true\"}\n"+
+		"params: [{name: a, type: bool, values: {false: --disable-radix-cache}}]\n")
+	for _, tc := range []struct{ flag, value, want string }{
+		{"--trials", "0", "--trials 0: want an integer >= 1 (leave it out for the study file's budget.trials)"},
+		{"--parallel", "-1", "--parallel -1: want an integer >= 1 (leave it out for the study file's budget.parallel)"},
+		{"--timeout", "0s", "--timeout 0s: want a positive duration such as 8h (leave it out for the study file's budget.timeout)"},
+	} {
+		code, out := cli(t, nil, nil, "run", good, "--storage", db, tc.flag, tc.value)
+		if code != exitUsage || !strings.Contains(out, tc.want) {
+			t.Errorf("run %s %s: exit %d, want 2 with %q\n%s", tc.flag, tc.value, code, tc.want, out)
+		}
+		if _, err := os.Stat(db); !os.IsNotExist(err) {
+			t.Errorf("run %s %s created %s", tc.flag, tc.value, db)
+		}
+	}
 	if code, out := cli(t, nil, nil, "status", "--storage", db); code != exitUsage {
 		t.Errorf("status without storage: exit %d\n%s", code, out)
 	}

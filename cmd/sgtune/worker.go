@@ -52,8 +52,8 @@ are plain text, one per event.`,
 			if storagePath == "" {
 				return badInput(errors.New("--storage is required: the postgres:// URL (or SQLite file) every worker of the study shares; $SGTUNE_STORAGE also sets it"))
 			}
-			if parallel < 0 || timeout < 0 {
-				return badInput(errors.New("--parallel and --timeout must not be negative"))
+			if err := budgetFlags(cmd, 0, parallel, timeout); err != nil {
+				return err
 			}
 			pre, store, logs, err := a.openStudy(st, storagePath, logDir, parallel)
 			if err != nil {
