@@ -223,13 +223,17 @@ func (s *FlagSchema) Closest(name string) string {
 	return Nearest(name, names)
 }
 
-// Nearest returns the candidate with the smallest edit distance to s, for
-// "did you mean" hints.
+// Nearest returns, for "did you mean" hints, the candidate that holds s
+// (three characters or more), else the one with the smallest edit
+// distance to s.
 func Nearest(s string, candidates []string) string {
-	best, bestD := "", math.MaxInt
+	best, bestD, bestIn := "", math.MaxInt, false
 	for _, c := range candidates {
-		if d := editDistance(s, c); d < bestD {
-			best, bestD = c, d
+		// A candidate that holds what was typed ("tok_s" in
+		// "output_tok_s") is what was meant, however much longer.
+		in := len(s) >= 3 && strings.Contains(c, s)
+		if d := editDistance(s, c); (in && !bestIn) || (in == bestIn && d < bestD) {
+			best, bestD, bestIn = c, d, in
 		}
 	}
 	return best

@@ -1,6 +1,7 @@
 package space
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -74,6 +75,10 @@ func Parse(path string, data []byte) (*Study, error) {
 	st := &Study{Path: path}
 	d.study(st, doc.Content[0])
 	if len(d.errs) > 0 {
+		// In the file's order, whatever order the sections were checked in.
+		slices.SortStableFunc(d.errs, func(a, b *FieldError) int {
+			return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Col, b.Col))
+		})
 		return nil, &LoadError{Errs: d.errs}
 	}
 	return st, nil
@@ -839,10 +844,13 @@ func (d *dec) compile(st *Study, n *yaml.Node, path, src string, params map[stri
 			valid = append(valid, "gpus_per_trial")
 			if allowPredicted {
 				valid = append(valid, predictedNames...)
-			} else {
-				valid = append(valid[:len(valid)-1], "gpus_per_trial (earlier params only)")
 			}
-			d.fail(n, path, "unknown name %s in %q (did you mean %s?); valid: %s", name, src, engine.Nearest(name, valid), strings.Join(valid, ", "))
+			near := engine.Nearest(name, valid)
+			shown := strings.Join(valid, ", ")
+			if !allowPredicted {
+				shown += " (earlier params only)"
+			}
+			d.fail(n, path, "unknown name %s in %q (did you mean %s?); valid: %s", name, src, near, shown)
 			return nil, errors.New("bad name")
 		}
 	}
@@ -1083,8 +1091,13 @@ func (d *dec) sloList(m *mapNode, prefix string) []objective.SLO {
 		if sm.str("percentile", &slo.Percentile) && !slices.Contains(pcts, slo.Percentile) {
 			sm.failKey("percentile", "%q; valid: %s", slo.Percentile, strings.Join(pcts, ", "))
 		}
-		if !sm.float("max_s", &slo.Max) || slo.Max <= 0 {
-			sm.failKey("max_s", "missing or not positive; valid: seconds > 0, e.g. 5")
+		switch {
+		case sm.node("max_s") == nil:
+			sm.failKey("max_s", "missing; valid: seconds > 0, e.g. 5")
+		case !sm.float("max_s", &slo.Max):
+			// float said what is wrong with it
+		case slo.Max <= 0:
+			sm.failKey("max_s", "%v; valid: seconds > 0, e.g. 5", slo.Max)
 		}
 		out = append(out, slo)
 	}

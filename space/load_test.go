@@ -94,6 +94,10 @@ func TestLoadErrorTable(t *testing.T) {
 		{"min_pass over 1", base + "workload: {quality: {min_pass: 1.5}}\n", "workload.quality.min_pass: 1.5; valid: a fraction in (0, 1]"},
 		{"score level", base + "score: {concurrency: 48}\n", "score.concurrency: 48 is not a measured level"},
 		{"duration", base + "launch: {startup_timeout: 20}\n", "launch.startup_timeout: got an integer (20); valid: a Go duration"},
+		{"duration negative", base + "launch: {startup_timeout: -2m}\n", `launch.startup_timeout: -2m is negative; valid: a duration >= 0`},
+		{"metric hint", base + "score: {metric: tok_s}\n", `score.metric: "tok_s" (did you mean output_tok_s?)`},
+		{"when hint", base + "params:\n  - {name: ab, type: bool, values: {false: --disable-radix-cache}}\n  - {name: s, type: bool, values: {false: --disable-cuda-graph}, when: abc}\n",
+			`params[s].when: unknown name abc in "abc" (did you mean ab?); valid: ab, gpus_per_trial (earlier params only)`},
 		{"duration text", base + "launch: {startup_timeout: soon}\n", `launch.startup_timeout: "soon" is not a duration`},
 		{"sampler", base + "budget: {sampler: cmaes}\n", `budget.sampler: "cmaes"; valid: bayes, goptuna-tpe, grid, random, tpe, tpe-univariate`},
 		{"bayes continuous", base + "params:\n  - {name: m, type: float, low: 0.7, high: 0.9, flag: --mem-fraction-static}\nbudget: {sampler: bayes}\n",
@@ -271,5 +275,27 @@ func TestParamSilent(t *testing.T) {
 		if got := params[tc.param].Silent(tc.value); got != tc.silent {
 			t.Errorf("%s=%s: silent %v, want %v", tc.param, tc.value, got, tc.silent)
 		}
+	}
+}
+
+// Each problem is reported once, in the file's order, whatever order the
+// loader checks the sections in.
+func TestLoadErrorsOncePerProblemInFileOrder(t *testing.T) {
+	doc := base + "score: {slo: [{metric: ttft, percentile: p99, max_s: fast}]}\n" +
+		"params:\n  - {name: a, type: bool, values: {false: --disable-radix-cache}, when: foo}\n" +
+		"launch: {startup_timeout: soon}\n"
+	_, err := Parse("t.yaml", []byte(doc))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	var got []string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		f, _, _ := strings.Cut(l, ": ")
+		field, _, _ := strings.Cut(strings.TrimPrefix(l, f+": "), ":")
+		got = append(got, f+" "+field)
+	}
+	want := []string{"t.yaml:6:54 score.slo[0].max_s", "t.yaml:8:73 params[a].when", "t.yaml:9:27 launch.startup_timeout"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s\n(%v)", strings.Join(got, "\n"), strings.Join(want, "\n"), err)
 	}
 }

@@ -269,8 +269,12 @@ func (m *mapNode) duration(key string, dst *time.Duration) bool {
 		return false
 	}
 	v, err := time.ParseDuration(n.Value)
-	if err != nil || v < 0 {
+	switch {
+	case err != nil:
 		m.failKey(key, "%q is not a duration; valid: a Go duration such as 90s, 3m or 1h30m", n.Value)
+		return false
+	case v < 0:
+		m.failKey(key, "%s is negative; valid: a duration >= 0 such as 90s, 3m or 1h30m", n.Value)
 		return false
 	}
 	*dst = v

@@ -156,15 +156,21 @@ each distinct rejection with its numbers. It launches nothing and writes
 nothing. Exit code 2 when the study file is invalid or no checked config is
 feasible (sgtune run would refuse it). Warnings about this machine (engine
 command not on PATH, API key unset or unreadable) do not change the exit code.`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if err := cobra.ExactArgs(1)(cmd, args); err != nil {
-				return badInput(err)
-			}
-			return nil
-		},
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := space.Load(args[0])
 			if err != nil {
+				if asJSON {
+					// The document says the file is invalid and why, one
+					// problem per entry, as the text does per line.
+					if jerr := writeJSON(a.stdout, struct {
+						Path   string   `json:"path"`
+						Valid  bool     `json:"valid"`
+						Errors []string `json:"errors"`
+					}{args[0], false, strings.Split(err.Error(), "\n")}); jerr != nil {
+						return jerr
+					}
+				}
 				return badInput(err)
 			}
 			pre := search.Check(st, a.getenv)

@@ -223,3 +223,25 @@ func TestMergeNumbers(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// check --json on an invalid file still prints a document: the file is not
+// valid and each problem is an entry; exit 2.
+func TestCheckJSONInvalid(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(path, []byte("name: t\nengine: {name: sglang, command: python3 -m sglang.launch_server}\nmodel: {path: m}\nscore: {metric: tok_s}\nbogus: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	a := &app{stdout: &out, stderr: &errb, getenv: os.Getenv}
+	code := a.execute(context.Background(), []string{"check", "--json", path})
+	var doc struct {
+		Path   string   `json:"path"`
+		Valid  *bool    `json:"valid"`
+		Errors []string `json:"errors"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &doc); code != exitUsage || err != nil || doc.Valid == nil || *doc.Valid || len(doc.Errors) != 2 ||
+		!strings.Contains(doc.Errors[0], ":4:") || !strings.Contains(doc.Errors[1], "bogus: unknown field") {
+		t.Errorf("exit %d, %v: %+v\nstdout %s\nstderr %s", code, err, doc, out.String(), errb.String())
+	}
+}
