@@ -1052,7 +1052,8 @@ func (d *dec) score(st *Study, top *mapNode) {
 		levels = st.Workload.Matrix.Concurrency
 	}
 	if m.int("concurrency", &s.Concurrency) {
-		if s.Metric != "capacity" && !slices.Contains(levels, s.Concurrency) {
+		// No levels: the workload's own error says why; do not add one.
+		if s.Metric != "capacity" && len(levels) > 0 && !slices.Contains(levels, s.Concurrency) {
 			m.failKey("concurrency", "%d is not a measured level; valid: one of %v", s.Concurrency, levels)
 		}
 	} else if len(levels) > 0 {

@@ -298,4 +298,10 @@ func TestLoadErrorsOncePerProblemInFileOrder(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("got\n%s\nwant\n%s\n(%v)", strings.Join(got, "\n"), strings.Join(want, "\n"), err)
 	}
+	// A level that is not a number is one error, not also a score level
+	// missing from an empty list.
+	_, err = Parse("t.yaml", []byte(base+"workload: {chat: {concurrency: [1, x, 64], requests: [1, 2, 3]}}\nscore: {concurrency: 64}\n"))
+	if want := `t.yaml:6:36: workload.chat.concurrency[1]: got "x"; valid: an integer`; err == nil || err.Error() != want {
+		t.Errorf("got %v, want only %s", err, want)
+	}
 }
