@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 )
 
 // Fingerprint returns, per section of the study file that decides what a
@@ -18,6 +19,10 @@ import (
 // param or adding trials keeps every stored measurement valid, and each
 // trial stores the flags it ran with.
 func (s *Study) Fingerprint() (map[string]string, error) {
+	// Paths resolved against the study file's directory depend on where
+	// sgtune was started from; the files they name do not.
+	workload := s.Workload
+	workload.Chat.PromptsFile = absPath(workload.Chat.PromptsFile)
 	sections := map[string]any{
 		"engine": struct {
 			Name    string
@@ -25,14 +30,14 @@ func (s *Study) Fingerprint() (map[string]string, error) {
 			Version string
 			Env     map[string]string
 			Schema  string
-		}{s.Engine.Name, s.Engine.Command, s.Engine.Version, s.Engine.Env, s.SchemaFile},
+		}{s.Engine.Name, s.Engine.Command, s.Engine.Version, s.Engine.Env, absPath(s.SchemaFile)},
 		"model": struct {
 			Path, Served, Revision string
 			Hybrid, MoE            bool
 		}{s.Model, s.ServedModelName, s.ModelRevision, s.Hybrid, s.MoE},
 		"fixed":    s.Fixed,
 		"gpus":     struct{ PerTrial, CPUsPerTrial int }{s.GPUsPerTrial, s.CPUsPerTrial},
-		"workload": s.Workload,
+		"workload": workload,
 		"score":    s.Score,
 	}
 	out := make(map[string]string, len(sections))
@@ -45,4 +50,15 @@ func (s *Study) Fingerprint() (map[string]string, error) {
 		out[name] = hex.EncodeToString(sum[:8])
 	}
 	return out, nil
+}
+
+// absPath is p made absolute ("" stays "").
+func absPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }

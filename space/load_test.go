@@ -2,6 +2,8 @@ package space
 
 import (
 	"errors"
+	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -303,5 +305,33 @@ func TestLoadErrorsOncePerProblemInFileOrder(t *testing.T) {
 	_, err = Parse("t.yaml", []byte(base+"workload: {chat: {concurrency: [1, x, 64], requests: [1, 2, 3]}}\nscore: {concurrency: 64}\n"))
 	if want := `t.yaml:6:36: workload.chat.concurrency[1]: got "x"; valid: an integer`; err == nil || err.Error() != want {
 		t.Errorf("got %v, want only %s", err, want)
+	}
+}
+
+// A study's fingerprint does not depend on the directory sgtune was started
+// from: its prompts file is the same file either way.
+func TestFingerprintIgnoresWorkingDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "p.txt"), []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	doc := []byte(base + "workload: {chat: {prompts_file: p.txt}}\n")
+	fp := func(path string) map[string]string {
+		t.Helper()
+		st, err := Parse(path, doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := st.Fingerprint()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	t.Chdir(filepath.Dir(dir))
+	from := fp(filepath.Join(filepath.Base(dir), "t.yaml"))
+	t.Chdir(dir)
+	if here := fp("t.yaml"); !maps.Equal(from, here) {
+		t.Errorf("fingerprint differs by working directory:\n%v\n%v", from, here)
 	}
 }
