@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 )
 
@@ -19,10 +20,10 @@ import (
 // param or adding trials keeps every stored measurement valid, and each
 // trial stores the flags it ran with.
 func (s *Study) Fingerprint() (map[string]string, error) {
-	// Paths resolved against the study file's directory depend on where
-	// sgtune was started from; the files they name do not.
+	// A file the study names counts by what it holds: its path depends on
+	// where sgtune was started and, for workers, on which host.
 	workload := s.Workload
-	workload.Chat.PromptsFile = absPath(workload.Chat.PromptsFile)
+	workload.Chat.PromptsFile = fileSum(workload.Chat.PromptsFile)
 	sections := map[string]any{
 		"engine": struct {
 			Name    string
@@ -30,7 +31,7 @@ func (s *Study) Fingerprint() (map[string]string, error) {
 			Version string
 			Env     map[string]string
 			Schema  string
-		}{s.Engine.Name, s.Engine.Command, s.Engine.Version, s.Engine.Env, absPath(s.SchemaFile)},
+		}{s.Engine.Name, s.Engine.Command, s.Engine.Version, s.Engine.Env, fileSum(s.SchemaFile)},
 		"model": struct {
 			Path, Served, Revision string
 			Hybrid, MoE            bool
@@ -52,13 +53,19 @@ func (s *Study) Fingerprint() (map[string]string, error) {
 	return out, nil
 }
 
-// absPath is p made absolute ("" stays "").
-func absPath(p string) string {
+// fileSum is "sha256:" and the hash of the file at p ("" stays "", and a
+// file that cannot be read counts by its absolute path).
+func fileSum(p string) string {
 	if p == "" {
 		return ""
 	}
-	if a, err := filepath.Abs(p); err == nil {
-		return a
+	b, err := os.ReadFile(p)
+	if err != nil {
+		if a, aerr := filepath.Abs(p); aerr == nil {
+			return a
+		}
+		return p
 	}
-	return p
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -309,7 +309,8 @@ func TestLoadErrorsOncePerProblemInFileOrder(t *testing.T) {
 }
 
 // A study's fingerprint does not depend on the directory sgtune was started
-// from: its prompts file is the same file either way.
+// from (nor, for workers, on the host's checkout): its prompts file counts
+// by what it holds.
 func TestFingerprintIgnoresWorkingDirectory(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "p.txt"), []byte("hello\n"), 0o644); err != nil {
@@ -333,5 +334,11 @@ func TestFingerprintIgnoresWorkingDirectory(t *testing.T) {
 	t.Chdir(dir)
 	if here := fp("t.yaml"); !maps.Equal(from, here) {
 		t.Errorf("fingerprint differs by working directory:\n%v\n%v", from, here)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "p.txt"), []byte("other prompts\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if edited := fp("t.yaml"); edited["workload"] == from["workload"] {
+		t.Error("other prompts in the file, the same workload fingerprint")
 	}
 }
