@@ -20,8 +20,9 @@ import (
 const reasonsPerRule = 8
 
 // mergeAbove is how many reasons differing only in their numbers keep a
-// line each (see mergeNumbers).
-const mergeAbove = 3
+// line each (see mergeNumbers): as many as a rule lists, so that a
+// param's choices (state slots 64, 128, 192, 256) keep their arithmetic.
+const mergeAbove = reasonsPerRule
 
 type ruleGroup struct {
 	rule  string
@@ -56,7 +57,7 @@ func groupRejections(rs []space.RejectionCount) []ruleGroup {
 // ("predicted KV tokens -20643: no memory left", "... -108858: ...") into
 // one, each number shown as the range it spans (-197072…-20643), with the
 // counts summed, when more than mergeAbove of them do; fewer (a param's
-// few choices: 128 // 5 = 25, 256 // 5 = 51) keep a line each. Most
+// choices: 128 // 5 = 25, 256 // 5 = 51) keep a line each. Most
 // configs first, then by text. A number is a word of its own, bar
 // punctuation around it: fp8 or glm45 stay as they are.
 func mergeNumbers(items []space.RejectionCount) []space.RejectionCount {

@@ -202,12 +202,12 @@ func TestMergeNumbers(t *testing.T) {
 		return space.RejectionCount{Rule: "r", Message: "--kv-cache-dtype " + d + " needs sm90", Count: 1}
 	}
 	got := mergeNumbers([]space.RejectionCount{
-		kv("-108858", 32), kv("-20643", 32), kv("-197072", 32), kv("-5486", 8),
+		kv("-108858", 32), kv("-20643", 32), kv("-197072", 32), kv("-5486", 8), kv("-1", 1), kv("-2", 1), kv("-3", 1), kv("-4", 1), kv("-5", 1),
 		pool("128", 10), pool("256", 20),
 		dtype("fp8_e4m3"), dtype("fp8_e5m2"), dtype("fp4"), dtype("fp16"),
 	})
 	want := []string{
-		"104 predicted KV tokens -197072…-5486: no memory left for the KV cache",
+		"109 predicted KV tokens -197072…-1: no memory left for the KV cache",
 		"20 --max-mamba-cache-size 256 with overlap: 256 // 5 < 64",
 		"10 --max-mamba-cache-size 128 with overlap: 128 // 5 < 64",
 		"1 --kv-cache-dtype fp16 needs sm90",
