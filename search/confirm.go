@@ -316,12 +316,8 @@ func (r *runner) declareWinner(top []Record) error {
 	if !ok {
 		return nil
 	}
-	js, err := json.Marshal(w)
-	if err != nil {
+	if err := r.setStudyJSON(storage.AttrWinner, "the winner", w); err != nil {
 		return err
-	}
-	if err := r.store.SetStudySystemAttr(r.study.ID, storage.AttrWinner, string(js)); err != nil {
-		return fmt.Errorf("store the winner: %w", err)
 	}
 	r.emit(Event{Kind: EventNote, Trial: -1, Text: fmt.Sprintf("winner: trial %d: %s", w.Trial, w.Reason)})
 	return nil

@@ -654,12 +654,18 @@ func (r *runner) checkFingerprint() error {
 	if maps.Equal(stored, fp) {
 		return nil
 	}
-	b, err := json.Marshal(fp)
+	return r.setStudyJSON(storage.AttrFingerprint, "the study's fingerprint", fp)
+}
+
+// setStudyJSON stores v as JSON in the study's system attribute key; what
+// names it in an error.
+func (r *runner) setStudyJSON(key, what string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
-		return err
+		return fmt.Errorf("store %s: %w", what, err)
 	}
-	if err := r.store.SetStudySystemAttr(r.study.ID, storage.AttrFingerprint, string(b)); err != nil {
-		return fmt.Errorf("store the study's fingerprint: %w", err)
+	if err := r.store.SetStudySystemAttr(r.study.ID, key, string(b)); err != nil {
+		return fmt.Errorf("store %s: %w", what, err)
 	}
 	return nil
 }
