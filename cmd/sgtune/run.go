@@ -125,8 +125,12 @@ func (a *app) watchSignals(stop context.CancelFunc, abort chan struct{}, done <-
 }
 
 // finish prints a run's summary and returns what ends it: the run's
-// error, else errInterrupted when a signal stopped it.
+// error, else errInterrupted when a signal stopped it. A run refused as
+// bad input (an edited study, say) ran nothing: its error alone.
 func (a *app) finish(st *space.Study, sum search.Summary, storagePath string, runErr error) error {
+	if errext.Code(runErr) == errext.BadInput {
+		return runErr
+	}
 	a.printSummary(st, sum, storagePath)
 	if runErr != nil {
 		return runErr
