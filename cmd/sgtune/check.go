@@ -63,6 +63,7 @@ func groupRejections(rs []space.RejectionCount) []ruleGroup {
 func mergeNumbers(items []space.RejectionCount) []space.RejectionCount {
 	type merged struct {
 		words    []string
+		numAt    []int // indices of the words that are numbers
 		lo, hi   []float64
 		loS, hiS []string
 		count    int
@@ -76,11 +77,13 @@ func mergeNumbers(items []space.RejectionCount) []space.RejectionCount {
 		shape := make([]string, len(words))
 		var nums []float64
 		var texts []string
+		var at []int
 		for i, w := range words {
 			pre, core, post := splitNumber(w)
 			if v, err := strconv.ParseFloat(core, 64); err == nil && core != "" {
-				shape[i] = pre + "#" + post
-				nums, texts = append(nums, v), append(texts, core)
+				// NUL cannot occur in a reason: the key tells numbers apart.
+				shape[i] = pre + "\x00" + post
+				nums, texts, at = append(nums, v), append(texts, core), append(at, i)
 				continue
 			}
 			shape[i] = w
@@ -88,7 +91,7 @@ func mergeNumbers(items []space.RejectionCount) []space.RejectionCount {
 		key := strings.Join(shape, " ")
 		m := by[key]
 		if m == nil {
-			m = &merged{words: shape, lo: slices.Clone(nums), hi: slices.Clone(nums), loS: slices.Clone(texts), hiS: slices.Clone(texts), rule: it.Rule}
+			m = &merged{words: words, numAt: at, lo: slices.Clone(nums), hi: slices.Clone(nums), loS: slices.Clone(texts), hiS: slices.Clone(texts), rule: it.Rule}
 			by[key] = m
 			order = append(order, key)
 		}
@@ -111,18 +114,13 @@ func mergeNumbers(items []space.RejectionCount) []space.RejectionCount {
 			continue
 		}
 		words := slices.Clone(m.words)
-		k := 0
-		for i, w := range words {
-			pre, core, post := splitNumber(w)
-			if core != "#" {
-				continue
-			}
+		for k, i := range m.numAt {
+			pre, _, post := splitNumber(words[i])
 			num := m.loS[k]
 			if m.lo[k] != m.hi[k] {
 				num += "…" + m.hiS[k]
 			}
 			words[i] = pre + num + post
-			k++
 		}
 		out = append(out, space.RejectionCount{Rule: m.rule, Message: strings.Join(words, " "), Count: m.count})
 	}

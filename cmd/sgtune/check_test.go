@@ -215,6 +215,14 @@ func TestMergeNumbers(t *testing.T) {
 		"1 --kv-cache-dtype fp8_e4m3 needs sm90",
 		"1 --kv-cache-dtype fp8_e5m2 needs sm90",
 	}
+	// A word "#" is text, not a number's place.
+	var hashes []space.RejectionCount
+	for i := range 9 {
+		hashes = append(hashes, space.RejectionCount{Rule: "h", Message: fmt.Sprintf("group # %d of 9", i+1), Count: 1})
+	}
+	if h := mergeNumbers(hashes); len(h) != 1 || h[0].Message != "group # 1…9 of 9" || h[0].Count != 9 {
+		t.Errorf("merged %+v, want one 'group # 1…9 of 9'", h)
+	}
 	var lines []string
 	for _, r := range got {
 		lines = append(lines, fmt.Sprintf("%d %s", r.Count, r.Message))
