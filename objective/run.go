@@ -291,6 +291,11 @@ func (w Workload) Validate() error {
 			if c < 1 || ch.Requests[i] < 1 {
 				return bad("chat: concurrency %d with %d requests: both must be >= 1", c, ch.Requests[i])
 			}
+			// Fewer requests than the level never have c in flight: the
+			// point would be labelled c and measure fewer.
+			if ch.Requests[i] < c {
+				return bad("chat: concurrency %d with %d requests: a level needs at least as many requests as its concurrency", c, ch.Requests[i])
+			}
 		}
 		if ch.MaxTokens < 1 || ch.Repeats < 1 || ch.PromptTokens < 1 {
 			return bad("chat: max_tokens, repeats and prompt_tokens must be >= 1")

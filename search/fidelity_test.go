@@ -128,9 +128,9 @@ func TestCrashRegionExplainedOnce(t *testing.T) {
 // one: C1 says little of C64 (speculative decoding doubles C1 alone).
 func TestPrunesAt(t *testing.T) {
 	st, _, _ := openFake(t, "score: {metric: output_tok_s, concurrency: 4}", "score: {metric: output_tok_s, concurrency: 64}",
-		"concurrency: [4], requests: [4]", "concurrency: [1, 16, 64], requests: [4, 4, 4]")
+		"concurrency: [4], requests: [4]", "concurrency: [1, 16, 64], requests: [4, 16, 64]")
 	top, _, _ := openFake(t, "score: {metric: output_tok_s, concurrency: 4}", "score: {metric: output_tok_s}",
-		"concurrency: [4], requests: [4]", "concurrency: [1, 16, 128], requests: [4, 4, 4]")
+		"concurrency: [4], requests: [4]", "concurrency: [1, 16, 128], requests: [4, 16, 128]")
 	tests := []struct {
 		st   *space.Study
 		conc int

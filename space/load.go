@@ -949,6 +949,13 @@ func (d *dec) workload(st *Study, top *mapNode) {
 		c.failKey("requests", "%d counts for %d concurrency levels; valid: one count per level", len(ch.Requests), len(ch.Concurrency))
 	case hasC && hasR && len(ch.Concurrency) == 0:
 		c.failKey("concurrency", "empty; valid: at least one level")
+	case hasC && hasR:
+		for i, n := range ch.Requests {
+			if lvl := ch.Concurrency[i]; n >= 1 && n < lvl {
+				c.failKey("requests", "%d at concurrency %d; valid: at least as many requests as the level's concurrency (fewer never have %d in flight)", n, lvl, lvl)
+				break
+			}
+		}
 	}
 	for i := range ch.Concurrency {
 		if ch.Concurrency[i] < 1 {

@@ -90,6 +90,7 @@ func TestLoadErrorTable(t *testing.T) {
 		{"gpus overlap", base + "gpus: {per_trial: 1, groups: [[0], [0]]}\n", "GPU 0 is in two groups"},
 		{"kind", base + "workload: {kind: soak}\n", `workload.kind: "soak"; valid: chat or matrix`},
 		{"prompts file", base + "workload: {chat: {prompts_file: nope.txt}}\n", "t.yaml:6:33: workload.chat.prompts_file: prompts file: open nope.txt: no such file or directory; valid: a readable file of prompts"},
+		{"requests below level", base + "workload: {chat: {concurrency: [1, 16], requests: [4, 8]}}\n", "t.yaml:6:51: workload.chat.requests: 8 at concurrency 16; valid: at least as many requests as the level's concurrency"},
 		{"concurrency zero", base + "workload: {chat: {concurrency: [0], requests: [1]}}\n", "workload.chat.concurrency[0]: 0; valid: an integer >= 1"},
 		{"min_pass zero", base + "workload: {quality: {min_pass: 0}}\n", "workload.quality.min_pass: 0; valid: a fraction in (0, 1]; use enabled: false to turn the gates off"},
 		{"min_pass negative", base + "workload: {quality: {min_pass: -0.5}}\n", "workload.quality.min_pass: -0.5; valid: a fraction in (0, 1]"},
