@@ -125,6 +125,9 @@ func writeMarkdown(w io.Writer, v *view) {
 		if t.Reason != "" {
 			detail = strings.TrimPrefix(detail+": "+t.Reason, ": ")
 		}
+		if t.ConfirmOf != nil {
+			detail = strings.TrimSpace(fmt.Sprintf("confirms trial %d %s", *t.ConfirmOf, detail))
+		}
 		fmt.Fprintf(w, "| %d | %s | %s | %s | %s |\n", t.Number, t.State, score, mdEscape(detail), paramString(t.Params))
 	}
 }

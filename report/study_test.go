@@ -412,3 +412,18 @@ func TestReportMarksReruns(t *testing.T) {
 		t.Errorf("%d rows marked as reruns, want 1", n)
 	}
 }
+
+// report.md's trial table names the trial a confirmation rerun measured
+// again, as the page's ↻ marker does.
+func TestMarkdownNamesReruns(t *testing.T) {
+	score := func(v float64) *float64 { return &v }
+	first := 0
+	var md bytes.Buffer
+	writeMarkdown(&md, buildView(Study{Name: "s", Trials: []Trial{
+		{Number: 0, State: "complete", ScoreOK: true, Score: score(100)},
+		{Number: 1, State: "complete", ScoreOK: true, Score: score(130), ConfirmOf: &first},
+	}}))
+	if want := "| 1 | complete | 130.00 | confirms trial 0 |"; !strings.Contains(md.String(), want) {
+		t.Errorf("report.md lacks %q:\n%s", want, md.String())
+	}
+}

@@ -302,6 +302,9 @@ func detail(r search.Record) string {
 	if r.RetryOf != nil {
 		d = strings.TrimSpace(fmt.Sprintf("retry of #%d %s", *r.RetryOf, d))
 	}
+	if r.ConfirmOf != nil {
+		d = strings.TrimSpace(fmt.Sprintf("confirms #%d %s", *r.ConfirmOf, d))
+	}
 	if len(d) > 90 {
 		d = d[:87] + "..."
 	}

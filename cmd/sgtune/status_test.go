@@ -259,3 +259,17 @@ func TestCommandLinePastes(t *testing.T) {
 		}
 	}
 }
+
+// status tells a confirmation rerun from a search trial: its detail names
+// the trial it confirms, and the header counts reruns apart from the
+// search's launches.
+func TestStatusNamesConfirmationReruns(t *testing.T) {
+	first := 0
+	db := seedStudy(t, t.TempDir(), []fakeTrial{rankingTrials[0], rankingTrials[1], {name: "fast", tokS: 2100, ttftLo: 0.2, ttftHi: 1.6, rerunOf: &first}}, nil)
+	code, out := cli(t, nil, nil, "status", "--storage", db)
+	for _, want := range []string{"launched by the search, and 1 confirmation rerun(s)\n", "confirms #0"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("status: exit %d, lacks %q:\n%s", code, want, out)
+		}
+	}
+}

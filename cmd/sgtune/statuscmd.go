@@ -111,7 +111,19 @@ func statusText(d *studyData, now time.Time) string {
 	if n := d.budget(); n > 0 {
 		budget = fmt.Sprintf(" of %d", n)
 	}
-	fmt.Fprintf(&b, "study %s: %d trials (%s); %d%s launched\n", d.name, len(d.recs), strings.Join(parts, ", "), d.launched, budget)
+	// Confirmation reruns are launched outside the search's budget.
+	reruns := 0
+	for _, r := range d.recs {
+		if r.ConfirmOf != nil {
+			reruns++
+		}
+	}
+	if reruns > 0 {
+		budget += fmt.Sprintf(" launched by the search, and %d confirmation rerun(s)", reruns)
+	} else {
+		budget += " launched"
+	}
+	fmt.Fprintf(&b, "study %s: %d trials (%s); %d%s\n", d.name, len(d.recs), strings.Join(parts, ", "), d.launched, budget)
 
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tSTATE\tSCORE\tSLO\tTIME\tHOST\tJOB\tDETAIL\tPARAMS")
