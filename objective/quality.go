@@ -134,6 +134,9 @@ func gateRequests(model string, nJSON, nTool int) ([]gateRequest, error) {
 			if err != nil && len(r.tools) == 0 && r.content.Len() > 0 {
 				// Usually a server without a tool-call parser (SGLang --tool-call-parser).
 				err = fmt.Errorf("%w; content instead: %.60q", err, r.content.String())
+				if strings.Contains(r.content.String(), "<tool_call>") {
+					err = fmt.Errorf("%w (the model's raw tool-call markup: the server parses no tool calls; SGLang needs --tool-call-parser)", err)
+				}
 			}
 			return err
 		}})

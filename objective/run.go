@@ -120,6 +120,10 @@ func Run(ctx context.Context, t Target, w Workload, opt Options) (*Result, error
 func (r *Result) finish() {
 	r.Medians = Medians(r.Points)
 	r.Audit = OverallAudit{OK: true, Points: len(r.Points), Errors: []string{}}
+	if len(r.Points) == 0 {
+		// Nothing measured (a gate failed first, say) proves nothing.
+		r.Audit = OverallAudit{Errors: []string{"no point was measured"}}
+	}
 	for _, p := range r.Points {
 		if p.Status == StatusOverCapacity || p.Status == StatusNotRun {
 			continue

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -313,10 +314,12 @@ func TestQualityGates(t *testing.T) {
 		wantJSON string
 		wantTool string
 		wantErr  error
+		wantHint string // in the gate's failures
 	}{
-		{"healthy", &fakesse.Server{}, 1, "24/24", "8/8", nil},
-		{"corrupt outputs", &fakesse.Server{Corrupt: true}, 1, "0/24", "0/8", ErrQuality},
-		{"corrupt with a low min pass", &fakesse.Server{Corrupt: true}, 0.0001, "0/24", "0/8", ErrQuality},
+		{"healthy", &fakesse.Server{}, 1, "24/24", "8/8", nil, ""},
+		{"corrupt outputs", &fakesse.Server{Corrupt: true}, 1, "0/24", "0/8", ErrQuality, ""},
+		{"corrupt with a low min pass", &fakesse.Server{Corrupt: true}, 0.0001, "0/24", "0/8", ErrQuality, ""},
+		{"no tool-call parser", &fakesse.Server{RawToolMarkup: true}, 1, "24/24", "0/8", ErrQuality, "SGLang needs --tool-call-parser"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -335,6 +338,12 @@ func TestQualityGates(t *testing.T) {
 			}
 			if tt.wantErr != nil && (len(res.Points) != 0 || b.Pass || len(b.Failures) == 0) {
 				t.Errorf("failed gate: %d points measured, pass %v, failures %q", len(res.Points), b.Pass, b.Failures)
+			}
+			if tt.wantErr != nil && (res.Audit.OK || !slices.Contains(res.Audit.Errors, "no point was measured")) {
+				t.Errorf("failed gate: the audit of no point reads %+v", res.Audit)
+			}
+			if tt.wantHint != "" && !strings.Contains(strings.Join(b.Failures, "\n"), tt.wantHint) {
+				t.Errorf("failures %q lack %q", b.Failures, tt.wantHint)
 			}
 		})
 	}

@@ -36,6 +36,9 @@ type Server struct {
 	KVTokens, MaxRunning int
 	// Corrupt makes structured outputs invalid JSON and drops tool calls.
 	Corrupt bool
+	// RawToolMarkup answers tool requests with the model's tool-call
+	// markup as content, as a server without a tool-call parser does.
+	RawToolMarkup bool
 	// FailFrom makes every request numbered >= FailFrom (1-based) answer
 	// HTTP 500 (0 = never).
 	FailFrom int64
@@ -322,6 +325,9 @@ func (s *Server) output(req *request) ([]string, []call) {
 	if len(req.Tools) > 0 {
 		if s.Corrupt {
 			return []string{"I", " cannot", " help"}, nil
+		}
+		if s.RawToolMarkup {
+			return []string{"<tool_call>", req.Tools[0].Function.Name, "\n<arg_key>"}, nil
 		}
 		for _, t := range req.Tools {
 			if toolMatches(t.Function.Name, prompt) {
