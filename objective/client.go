@@ -133,8 +133,9 @@ type client struct {
 	// connection (the pool may hold more connections the server closed).
 	fresh *http.Client
 	trace bool // record a RequestTrace per streamed request
-	// tokenMetric is the server's generated-token counter (Target.TokenCounter).
-	tokenMetric string
+	// tokenMetric is the server's generated-token counter (Target.TokenCounter),
+	// noCounter why there is none (Target.NoCounter).
+	tokenMetric, noCounter string
 }
 
 func newClient(t Target, conns int) *client {
@@ -147,6 +148,7 @@ func newClient(t Target, conns int) *client {
 		fresh:  &http.Client{Transport: ft},
 
 		tokenMetric: t.TokenCounter,
+		noCounter:   t.NoCounter,
 	}
 }
 

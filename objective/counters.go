@@ -2,6 +2,7 @@ package objective
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,7 +56,7 @@ type tokenProbe struct {
 func (c *client) startTokenProbe(ctx context.Context) *tokenProbe {
 	tp := &tokenProbe{metric: c.tokenMetric}
 	if tp.metric == "" {
-		tp.err = errors.New("no generated-token counter is named for this server")
+		tp.err = errors.New(cmp.Or(c.noCounter, "no generated-token counter is named for this server"))
 		return tp
 	}
 	tp.before, tp.err = c.scrapeCounter(ctx, tp.metric)

@@ -14,6 +14,9 @@ type Target struct {
 	// chat point must equal the output tokens the client counted; empty
 	// means the check is reported as skipped.
 	TokenCounter string
+	// NoCounter says why TokenCounter is empty (e.g. "GET /metrics: HTTP
+	// 404"), the skipped check's reason; "" for a generic one.
+	NoCounter string
 }
 
 // Workload is what a trial is measured with.

@@ -148,14 +148,17 @@ bad flags.`,
 				case errors.As(err, &op) && op.Op == "dial":
 					// Unreachable: the run below says so, alone.
 				case err != nil:
-					progress(fmt.Sprintf("token counts: not checked against the server (%v)", err))
+					t.NoCounter = err.Error()
 				case engine == "":
-					progress(fmt.Sprintf("token counts: not checked against the server (/metrics has no metrics of %s)", strings.Join(counterEngines(), " or ")))
+					t.NoCounter = fmt.Sprintf("/metrics has no metrics of %s", strings.Join(counterEngines(), " or "))
+				}
+				if t.NoCounter != "" {
+					progress(fmt.Sprintf("token counts: not checked against the server (%s)", t.NoCounter))
 				}
 			}
 			t.TokenCounter = tokenCounter(engine)
 			if t.TokenCounter != "" {
-				progress(fmt.Sprintf("token counts: checked against %s (engine %s)", t.TokenCounter, engine))
+				progress(fmt.Sprintf("token counts: to be checked against %s (engine %s)", t.TokenCounter, engine))
 			}
 			res, runErr := objective.Run(cmd.Context(), t, w, objective.Options{Progress: progress})
 			var unreachable *objective.UnreachableError

@@ -187,6 +187,7 @@ func TestBenchTokenCheck(t *testing.T) {
 		{"counter disagrees", &fakesse.Server{CounterSkew: 2}, "auto", exitFailure, "sglang", objective.CheckFailed, "2 DIFFER"},
 		{"wrong engine named", &fakesse.Server{}, "llamacpp", exitOK, "llamacpp", objective.CheckSkipped, "has no llamacpp:tokens_predicted_total"},
 		{"none", &fakesse.Server{}, "none", exitOK, "", objective.CheckSkipped, "not checked (no generated-token counter is named"},
+		{"no metrics", &fakesse.Server{NoMetrics: true}, "auto", exitOK, "", objective.CheckSkipped, "server token counter: not checked (GET /metrics: HTTP 404"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -36,6 +36,9 @@ type Server struct {
 	KVTokens, MaxRunning int
 	// Corrupt makes structured outputs invalid JSON and drops tool calls.
 	Corrupt bool
+	// NoMetrics answers /metrics with 404, as SGLang without
+	// --enable-metrics does.
+	NoMetrics bool
 	// RawToolMarkup answers tool requests with the model's tool-call
 	// markup as content, as a server without a tool-call parser does.
 	RawToolMarkup bool
@@ -120,6 +123,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		json.NewEncoder(w).Encode(info)
 	case "/metrics":
+		if s.NoMetrics {
+			http.NotFound(w, r)
+			return
+		}
 		fmt.Fprintf(w, "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name=%q,tp_rank=\"0\"} %d.0\n", s.model(), s.QueueReqs)
 		fmt.Fprintf(w, "# TYPE sglang:generation_tokens_total counter\nsglang:generation_tokens_total{model_name=%q} %d.0\n", s.model(), s.genTokens.Load())
 	case "/v1/chat/completions":
