@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -271,5 +272,26 @@ func TestStatusNamesConfirmationReruns(t *testing.T) {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("status: exit %d, lacks %q:\n%s", code, want, out)
 		}
+	}
+}
+
+// status --json carries what the text's summary lines say: launches,
+// budget, the best trial and its confirmation.
+func TestStatusJSONSummary(t *testing.T) {
+	win := storedWinner(t, "best pooled", confirmed(2, [2]float64{1, 1800}, [2]float64{3, 1900}))
+	first := 1
+	db := seedStudy(t, t.TempDir(), append(slices.Clone(rankingTrials), fakeTrial{name: "steady", tokS: 1900, ttftLo: 0.2, ttftHi: 0.6, rerunOf: &first}),
+		map[string]string{attrBudget: "10", storage.AttrWinner: win})
+	code, out := cli(t, nil, nil, "status", "--storage", db, "--json")
+	var doc struct {
+		Launched  int            `json:"launched"`
+		Budget    int            `json:"budget"`
+		Best      *int           `json:"best"`
+		Confirmed *search.Winner `json:"confirmed"`
+		Trials    []search.Record
+	}
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || doc.Launched != 4 || doc.Budget != 10 || doc.Best == nil || *doc.Best != 1 ||
+		doc.Confirmed == nil || doc.Confirmed.Pooled != 1850 || len(doc.Trials) != 4 {
+		t.Errorf("exit %d, %v: %+v\n%s", code, err, doc, out)
 	}
 }

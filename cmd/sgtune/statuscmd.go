@@ -70,10 +70,23 @@ changes a database.`,
 			}
 			defer d.store.Close()
 			if asJSON {
-				return writeJSON(a.stdout, struct {
-					Study  string          `json:"study"`
-					Trials []search.Record `json:"trials"`
-				}{d.name, d.recs})
+				// What the text's first and last lines say, for scripts.
+				doc := struct {
+					Study    string `json:"study"`
+					Launched int    `json:"launched"`
+					Budget   int    `json:"budget,omitempty"`
+					// Best is the declared winner's trial (before
+					// confirmation, the best trial); absent when none
+					// meets the SLO. Confirmed is the winner's pooled runs.
+					Best      *int            `json:"best,omitempty"`
+					Confirmed *search.Winner  `json:"confirmed,omitempty"`
+					Trials    []search.Record `json:"trials"`
+				}{Study: d.name, Launched: d.launched, Budget: d.budget(), Trials: d.recs}
+				if b, ok := d.best(); ok {
+					doc.Best = &b.Number
+					doc.Confirmed = d.confirmation(b)
+				}
+				return writeJSON(a.stdout, doc)
 			}
 			_, err = io.WriteString(a.stdout, statusText(d, time.Now()))
 			return err
@@ -81,7 +94,7 @@ changes a database.`,
 	}
 	sf.register(cmd)
 	f := cmd.Flags()
-	f.BoolVar(&asJSON, "json", false, "print the trials as JSON")
+	f.BoolVar(&asJSON, "json", false, "print the study as JSON: launched, budget, best, confirmed (the winner's pooled runs) and every trial")
 	f.DurationVar(&watch, "watch", 0, "follow the study, re-reading the storage every INTERVAL (default 2s) until the run ends")
 	f.Lookup("watch").NoOptDefVal = defaultWatch.String()
 	return cmd
