@@ -253,6 +253,18 @@ func (f *benchFlags) resolve(cmd *cobra.Command, getenv func(string) string) (ob
 	if tokenCounter(f.engine) == "" && f.engine != "auto" && f.engine != "none" {
 		return w, t, fmt.Errorf("--engine %q: want auto, none or one of %s", f.engine, strings.Join(counterEngines(), ", "))
 	}
+	// A flag of the other workload would be ignored without a word.
+	only := map[string][]string{
+		"chat":   {"requests", "repeats", "max-tokens", "prompt-tokens", "prompts-file", "reuse-prompts"},
+		"matrix": {"contexts", "duration", "max-output"},
+	}
+	for kind, names := range only {
+		for _, n := range names {
+			if kind != f.workload && cmd.Flags().Changed(n) {
+				return w, t, fmt.Errorf("--%s applies to --workload %s only; this run is --workload %s", n, kind, f.workload)
+			}
+		}
+	}
 	warm := f.warmup
 	w = objective.Workload{
 		Kind:        f.workload,

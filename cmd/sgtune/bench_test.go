@@ -43,6 +43,8 @@ func TestBenchFlagsBadInput(t *testing.T) {
 		{"workload", []string{"bench", "--url", ts.URL, "--workload", "soak"}, "want chat or matrix"},
 		{"engine", []string{"bench", "--url", ts.URL, "--engine", "tgi"}, `--engine "tgi": want auto, none or one of llamacpp, sglang, vllm`},
 		{"extra argument", []string{"bench", "--url", ts.URL, "extra"}, "no arguments"},
+		{"matrix flag with chat", []string{"bench", "--url", ts.URL, "--duration", "5s"}, "--duration applies to --workload matrix only; this run is --workload chat"},
+		{"chat flag with matrix", []string{"bench", "--url", ts.URL, "--workload", "matrix", "--requests", "8"}, "--requests applies to --workload chat only; this run is --workload matrix"},
 		{"requests below level", []string{"bench", "--url", ts.URL, "--concurrency", "16", "--requests", "4"}, "concurrency 16 with 4 requests: a level needs at least as many requests as its concurrency"},
 		{"prompts file", []string{"bench", "--url", ts.URL, "--prompts-file", "/nonexistent/prompts.jsonl"}, "--prompts-file: prompts file: open /nonexistent/prompts.jsonl: no such file or directory"},
 	}
