@@ -63,13 +63,19 @@ func writeMarkdown(w io.Writer, v *view) {
 	if len(v.Ranked) > 0 {
 		fmt.Fprintln(w, "## Ranking")
 		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Configs confirmed by reruns rank by their pooled score, as the winner was declared.")
+		fmt.Fprintln(w)
 		fmt.Fprintln(w, "| rank | trial | score | params |")
 		fmt.Fprintln(w, "|---|---|---|---|")
 		for i, t := range v.Ranked {
 			if i == 10 {
 				break
 			}
-			fmt.Fprintf(w, "| %d | %d | %.2f | %s |\n", i+1, t.Number, *t.Score, paramString(t.Params))
+			score := fmt.Sprintf("%.2f", *t.Score)
+			if p := rankScore(t, st.Confirmations); p != *t.Score {
+				score = fmt.Sprintf("%.2f pooled", p)
+			}
+			fmt.Fprintf(w, "| %d | %d | %s | %s |\n", i+1, t.Number, score, paramString(t.Params))
 		}
 		fmt.Fprintln(w)
 	}

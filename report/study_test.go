@@ -195,17 +195,29 @@ func TestTieNamesEveryTiedConfig(t *testing.T) {
 	}
 }
 
-// Confirmation reruns are not ranked beside their config's first run.
+// Confirmation reruns are not ranked beside their config's first run, and a
+// confirmed config ranks by its pooled score.
 func TestRankingLeavesOutReruns(t *testing.T) {
 	score := func(v float64) *float64 { return &v }
 	first := 0
-	got := rankComplete([]Trial{
+	trials := []Trial{
 		{Number: 0, State: "complete", ScoreOK: true, Score: score(100)},
 		{Number: 1, State: "complete", ScoreOK: true, Score: score(120)},
 		{Number: 2, State: "complete", ScoreOK: true, Score: score(130), ConfirmOf: &first},
-	})
-	if len(got) != 2 || got[0].Number != 1 || got[1].Number != 0 {
+	}
+	if got := rankComplete(trials, nil); len(got) != 2 || got[0].Number != 1 || got[1].Number != 0 {
 		t.Errorf("ranked %+v, want trials 1 then 0", got)
+	}
+	// Confirmed, trial 0 pools 100 and 130 to 115 and trial 1 (measured
+	// once, 120) stays ahead; pooled 125 would put trial 0 first.
+	for _, tc := range []struct {
+		pooled float64
+		first  int
+	}{{115, 1}, {125, 0}} {
+		got := rankComplete(trials, []Confirmation{{Trial: 0, Scores: []float64{100, 130}, Pooled: tc.pooled}})
+		if len(got) != 2 || got[0].Number != tc.first {
+			t.Errorf("pooled %v: ranked %+v, want trial %d first", tc.pooled, got, tc.first)
+		}
 	}
 }
 

@@ -140,7 +140,7 @@ func buildView(st Study) *view {
 	if !st.Generated.IsZero() {
 		v.Generated = st.Generated.UTC().Format("2006-01-02 15:04 UTC")
 	}
-	v.Ranked = rankComplete(st.Trials)
+	v.Ranked = rankComplete(st.Trials, st.Confirmations)
 	v.ParamNames = paramNames(st.Trials)
 	for _, t := range st.Trials {
 		v.Rows = append(v.Rows, v.row(t))
@@ -218,8 +218,10 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// rankComplete returns the complete trials meeting their SLO, best first.
-func rankComplete(trials []Trial) []Trial {
+// rankComplete returns the complete trials meeting their SLO, best first:
+// a confirmed config by its pooled score, as the study declares (see
+// rankScore), any other by its one run.
+func rankComplete(trials []Trial, confirmed []Confirmation) []Trial {
 	var out []Trial
 	for _, t := range trials {
 		// A confirmation rerun measures a config the ranking already
@@ -228,8 +230,19 @@ func rankComplete(trials []Trial) []Trial {
 			out = append(out, t)
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return *out[i].Score > *out[j].Score })
+	sort.SliceStable(out, func(i, j int) bool { return rankScore(out[i], confirmed) > rankScore(out[j], confirmed) })
 	return out
+}
+
+// rankScore is a trial's pooled score when its config was confirmed, else
+// its own.
+func rankScore(t Trial, confirmed []Confirmation) float64 {
+	for _, c := range confirmed {
+		if c.Trial == t.Number {
+			return c.Pooled
+		}
+	}
+	return *t.Score
 }
 
 // paramNames lists every parameter any trial set, sorted.
