@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -264,25 +263,22 @@ func figuresAt(r search.Record, conc int) *report.Figures {
 	return &report.Figures{Concurrency: l.Concurrency, OutputTokS: l.OutputTokS, TTFTP99: l.TTFTP99}
 }
 
-// flagSchema returns the schema an export is checked against: file when
-// given, else the study's own schema file when the run stored its path,
-// else the bundled schema of the trial's engine and version (or the
-// engine's default version, with a note on warn).
-// recordEngine is the engine a trial ran: its stored name, SGLang for
-// records from before engines were named, or an unknown name's nil (the
-// export then writes SGLang's forms; the flag check has already failed).
 // commandLine is the command that starts a trial's config, as one line a
 // shell runs unchanged: the engine's command, a positional model where
 // the engine takes one (vllm serve MODEL), then the flags, each word
-// quoted where a shell needs it (a JSON value, a space).
+// quoted where a shell needs it (a JSON value, a space). An unknown
+// engine is written in SGLang's form, as the export does.
 func commandLine(r search.Record) string {
-	argv := append(slices.Clone(r.Engine), r.Flags()...)
-	if e := recordEngine(r); e != nil {
-		argv = e.CommandLine(r.Engine, r.Flags())
+	e := recordEngine(r)
+	if e == nil {
+		e = engine.SGLang
 	}
-	return shell.Join(argv)
+	return shell.Join(e.CommandLine(r.Engine, r.Flags()))
 }
 
+// recordEngine is the engine a trial ran: its stored name, SGLang for
+// records from before engines were named, or an unknown name's nil (the
+// export then writes SGLang's forms; the flag check has already failed).
 func recordEngine(r search.Record) *engine.Engine {
 	name := r.EngineName
 	if name == "" {
@@ -295,6 +291,10 @@ func recordEngine(r search.Record) *engine.Engine {
 	return e
 }
 
+// flagSchema returns the schema an export is checked against: file when
+// given, else the study's own schema file when the run stored its path,
+// else the bundled schema of the trial's engine and version (or the
+// engine's default version, with a note on warn).
 func (d *studyData) flagSchema(r search.Record, file string, warn io.Writer) (*engine.FlagSchema, error) {
 	if file == "" {
 		file = d.attrs[attrFlagsSchema]
