@@ -71,9 +71,10 @@ func writeMarkdown(w io.Writer, v *view) {
 			if i == 10 {
 				break
 			}
-			score := fmt.Sprintf("%.2f", *t.Score)
-			if p := rankScore(t, st.Confirmations); p != *t.Score {
-				score = fmt.Sprintf("%.2f pooled", p)
+			v, pooled := rankScore(t, st.Confirmations)
+			score := fmt.Sprintf("%.2f", v)
+			if pooled {
+				score += " pooled"
 			}
 			fmt.Fprintf(w, "| %d | %d | %s | %s |\n", i+1, t.Number, score, paramString(t.Params))
 		}

@@ -230,19 +230,23 @@ func rankComplete(trials []Trial, confirmed []Confirmation) []Trial {
 			out = append(out, t)
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return rankScore(out[i], confirmed) > rankScore(out[j], confirmed) })
+	sort.SliceStable(out, func(i, j int) bool {
+		a, _ := rankScore(out[i], confirmed)
+		b, _ := rankScore(out[j], confirmed)
+		return a > b
+	})
 	return out
 }
 
-// rankScore is a trial's pooled score when its config was confirmed, else
-// its own.
-func rankScore(t Trial, confirmed []Confirmation) float64 {
+// rankScore is a trial's pooled score when its config was confirmed
+// (pooled true), else its own.
+func rankScore(t Trial, confirmed []Confirmation) (score float64, pooled bool) {
 	for _, c := range confirmed {
 		if c.Trial == t.Number {
-			return c.Pooled
+			return c.Pooled, true
 		}
 	}
-	return *t.Score
+	return *t.Score, false
 }
 
 // paramNames lists every parameter any trial set, sorted.
