@@ -256,10 +256,14 @@ func (r *runner) open(ctx context.Context, target objective.Target) error {
 	if err != nil {
 		return fmt.Errorf("open study %q: %w", r.st.Name, err)
 	}
-	if err := r.checkFingerprint(); err != nil {
+	attrs, err := r.store.GetStudySystemAttrs(r.study.ID)
+	if err != nil {
+		return fmt.Errorf("read study attributes: %w", err)
+	}
+	if err := r.checkFingerprint(attrs); err != nil {
 		return err
 	}
-	if r.uid, err = r.studyUID(); err != nil {
+	if r.uid, err = r.studyUID(attrs); err != nil {
 		return err
 	}
 	if err := r.describeStudy(); err != nil {
@@ -615,15 +619,11 @@ func (r *runner) describeStudy() error {
 // measured under other settings than the study file now says (see
 // space.Study.Fingerprint), naming the sections that changed, and stores
 // the file's fingerprint otherwise. A study without trials takes the new
-// settings.
-func (r *runner) checkFingerprint() error {
+// settings. attrs are the study's system attributes.
+func (r *runner) checkFingerprint(attrs map[string]string) error {
 	fp, err := r.st.Fingerprint()
 	if err != nil {
 		return err
-	}
-	attrs, err := r.store.GetStudySystemAttrs(r.study.ID)
-	if err != nil {
-		return fmt.Errorf("read study attributes: %w", err)
 	}
 	var stored map[string]string
 	if s := attrs[storage.AttrFingerprint]; s != "" {
@@ -670,12 +670,9 @@ func (r *runner) setStudyJSON(key, what string, v any) error {
 	return nil
 }
 
-// studyUID returns the study's random id, creating it on first use.
-func (r *runner) studyUID() (string, error) {
-	attrs, err := r.store.GetStudySystemAttrs(r.study.ID)
-	if err != nil {
-		return "", fmt.Errorf("read study attributes: %w", err)
-	}
+// studyUID returns the study's random id (from attrs, its system
+// attributes), creating it on first use.
+func (r *runner) studyUID(attrs map[string]string) (string, error) {
 	if uid := attrs[storage.AttrUID]; uid != "" {
 		return uid, nil
 	}
