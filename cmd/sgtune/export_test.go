@@ -141,7 +141,7 @@ func TestCommandsFollowTheDeclaredWinner(t *testing.T) {
 		t.Errorf("best --json: exit %d, %v, %+v:\n%s", code, err, doc, out)
 	}
 	for _, tt := range []struct{ cmd, want string }{
-		{"best", "study rescore: best trial 1, score 1800.00\nconfirmed: pooled 1850.00 over 2 runs, spread 100.00: best pooled score 1850.0 over 2 runs\n"},
+		{"best", "study rescore: best trial 1, score 1850.00 pooled over 2 runs (first run 1800.00)\nconfirmed: pooled 1850.00 over 2 runs, spread 100.00: best pooled score 1850.0 over 2 runs\n"},
 		{"status", "best: trial 1 (confirmed: pooled 1850.00 over 2 runs, spread 100.00)\n"},
 	} {
 		if code, out := cli(t, nil, nil, tt.cmd, "--storage", db); code != 0 || !strings.Contains(out, tt.want) {

@@ -87,11 +87,18 @@ func (a *app) bestCmd() *cobra.Command {
 				}{Record: b, Confirmed: d.confirmation(b)}
 				return writeJSON(a.stdout, doc)
 			}
-			fmt.Fprintf(a.stdout, "study %s: best trial %d, score %.2f\n", d.name, b.Number, *b.Score)
+			// A confirmed winner heads with its pooled score, as the study
+			// declared it and as the report heads.
+			w := d.confirmation(b)
+			if w != nil {
+				fmt.Fprintf(a.stdout, "study %s: best trial %d, score %.2f pooled over %d runs (first run %.2f)\n", d.name, b.Number, w.Pooled, len(w.Runs), *b.Score)
+			} else {
+				fmt.Fprintf(a.stdout, "study %s: best trial %d, score %.2f\n", d.name, b.Number, *b.Score)
+			}
 			if d.winnerErr != nil {
 				fmt.Fprintf(a.stderr, "warning: %v\n", d.winnerErr)
 			}
-			if w := d.confirmation(b); w != nil {
+			if w != nil {
 				fmt.Fprintf(a.stdout, "%s: %s\n", w.Confirmed(), w.Reason)
 			}
 			fmt.Fprintf(a.stdout, "params: %s\n", space.Params(b.Params).String())
