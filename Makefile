@@ -14,8 +14,11 @@ export PATH := $(CURDIR)/bin:$(PATH)
 
 all: build
 
+# `sgtune --version` names the commit it was built from.
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
+
 build:
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/ ./cmd/...
 
 # The packages that run goroutines are tested under the race detector; the
 # rest run plainly, so that no package's tests run twice.

@@ -180,6 +180,7 @@ func TestListedCommandsRun(t *testing.T) {
 		{[]string{"help", "run"}, 0, "Run proposes configurations"},
 		{[]string{"completion", "bash"}, 0, "bash completion"},
 		{[]string{"nope"}, 2, `unknown command "nope" for "sgtune"`},
+		{[]string{"--version"}, 0, "sgtune " + buildVersion() + "\n"},
 	} {
 		if code, out := cli(t, nil, nil, tc.args...); code != tc.code || !strings.Contains(out, tc.want) {
 			t.Errorf("sgtune %s: exit %d, want %d with %q:\n%.300s", strings.Join(tc.args, " "), code, tc.code, tc.want, out)

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 
@@ -90,6 +92,23 @@ func (a *app) execute(ctx context.Context, args []string) int {
 	return int(errext.Code(err))
 }
 
+// version is set when linking (the Makefile passes git describe with
+// -ldflags "-X main.version=..."); without it the module version of the
+// build (a tag with go install), else "(devel)".
+var version string
+
+// buildVersion is what --version prints after "sgtune ".
+func buildVersion() string {
+	v := version
+	if v == "" {
+		v = "(devel)"
+		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+			v = bi.Main.Version
+		}
+	}
+	return fmt.Sprintf("%s (%s %s/%s)", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
 func (a *app) rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "sgtune",
@@ -99,12 +118,14 @@ It proposes SGLang launch configurations, rejects the ones that cannot work
 before spending GPU time on them, launches and benchmarks the rest, keeps every
 trial in SQLite, resumes after interruption, and exports the winner as a launch
 script.`,
+		Version:       buildVersion(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			return a.storageFromEnv(cmd)
 		},
 	}
+	root.SetVersionTemplate("sgtune {{.Version}}\n")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return badInput(fmt.Errorf("%w (see '%s --help')", err, c.CommandPath()))
 	})
