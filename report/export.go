@@ -25,10 +25,12 @@ const DefaultAPIKeyEnv = "SGTUNE_API_KEY"
 type Launch struct {
 	// Engine is the engine the trial ran (its API key flag, image, whether
 	// it uses GPUs); nil means SGLang.
-	Engine      *engine.Engine
-	Study       string
-	Trial       int
-	Score       float64
+	Engine *engine.Engine
+	Study  string
+	Trial  int
+	// Score is nil for a trial that read none (it failed, or was stopped
+	// before the scored level).
+	Score       *float64
 	ScoreReason string            // how the score was read, e.g. "... at c=64"
 	Command     []string          // engine command, e.g. python3 -m sglang.launch_server or llama-server
 	Flags       []string          // engine flags, the model flag first (a positional model too: see Engine)
@@ -105,7 +107,7 @@ func Write(w io.Writer, format string, l Launch) error {
 			Study         string                 `json:"study"`
 			Trial         int                    `json:"trial"`
 			Warning       string                 `json:"warning,omitempty"`
-			Score         float64                `json:"score"`
+			Score         *float64               `json:"score"`
 			ScoreReason   string                 `json:"score_reason,omitempty"`
 			Confirmed     string                 `json:"confirmed,omitempty"`
 			Measured      *Figures               `json:"measured,omitempty"`
@@ -174,7 +176,10 @@ func header(w io.Writer, l Launch) {
 	if l.Warning != "" {
 		row("WARNING", l.Warning)
 	}
-	score := fmt.Sprintf("%.2f", l.Score)
+	score := "none"
+	if l.Score != nil {
+		score = fmt.Sprintf("%.2f", *l.Score)
+	}
 	if l.ScoreReason != "" {
 		score += " (" + l.ScoreReason + ")"
 	}

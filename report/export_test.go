@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"os"
@@ -21,7 +22,7 @@ func sample() Launch {
 	return Launch{
 		Study:   "glm-5.3-flash-h200x4",
 		Trial:   7,
-		Score:   1865.93,
+		Score:   fptr(1865.93),
 		Command: []string{"python3", "-m", "sglang.launch_server"},
 		Flags: []string{"--model-path", "zai-org/GLM-5.3-Flash", "--tp-size", "4", "--ep-size", "4",
 			"--disable-radix-cache", "--mem-fraction-static", "0.85", "--served-model-name", "it's a name"},
@@ -260,7 +261,7 @@ func TestShellQuoteRoundTrip(t *testing.T) {
 // flag forms (short flags with their values, negations), the CPU server
 // image without GPUs, and the model's folder mounted.
 func TestWriteLlama(t *testing.T) {
-	l := Launch{Engine: engine.LlamaCpp, Study: "llama-cpu", Trial: 3, Score: 152.5, Command: []string{"llama-server"},
+	l := Launch{Engine: engine.LlamaCpp, Study: "llama-cpu", Trial: 3, Score: fptr(152.5), Command: []string{"llama-server"},
 		Flags: []string{"-m", "/models/tiny.gguf", "--alias", "tiny", "-c", "2048", "-np", "4", "-n", "-1", "-fa", "on",
 			"--no-cont-batching", "-cb", "--api-key", "sk-secret"},
 		Env: map[string]string{"OMP_WAIT_POLICY": "PASSIVE"}, GPUs: "0", Params: map[string]interface{}{"slots": "4"}}
@@ -303,5 +304,30 @@ func TestWriteLlama(t *testing.T) {
 	}
 	if err := CheckFlags(s, []string{"-m", "/m.gguf", "--parallel=4"}); err == nil || !strings.Contains(err.Error(), "valid: --parallel 4") {
 		t.Errorf("--parallel=4: %v", err)
+	}
+}
+
+// A trial that read no score (failed, or pruned before the scored level)
+// exports "none" with the reason, and JSON null: never a score of 0.
+func TestExportWithoutScore(t *testing.T) {
+	l := sample()
+	l.Score, l.ScoreReason, l.Measured = nil, "no point at concurrency 64", nil
+	l.Warning = "trial 7 is pruned, not measured to the end"
+	var sh, js bytes.Buffer
+	if err := Write(&sh, "bash", l); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(&js, "json", l); err != nil {
+		t.Fatal(err)
+	}
+	if want := "#   score:          none (no point at concurrency 64)\n"; !strings.Contains(sh.String(), want) {
+		t.Errorf("bash header lacks %q:\n%s", want, sh.String())
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(js.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := doc["score"]; !ok || s != nil {
+		t.Errorf("json score %v (present %v), want null", s, ok)
 	}
 }

@@ -15,7 +15,7 @@ import (
 // engine.version names one) with the vllm program as entrypoint.
 func TestExportVLLM(t *testing.T) {
 	digest := "vllm/vllm-openai:v0.11.1@sha256:" + strings.Repeat("ab", 32)
-	l := Launch{Study: "v", Trial: 2, Score: 10, Engine: engine.VLLM, Command: []string{"vllm", "serve"}, Version: digest,
+	l := Launch{Study: "v", Trial: 2, Score: fptr(10), Engine: engine.VLLM, Command: []string{"vllm", "serve"}, Version: digest,
 		Flags: []string{"--model", "org/m", "-tp", "4", "--no-enable-prefix-caching", "--api-key", "secret",
 			"--speculative-config", `{"method": "mtp", "num_speculative_tokens": 2}`}}
 	var b bytes.Buffer

@@ -63,7 +63,15 @@ func writeMarkdown(w io.Writer, v *view) {
 	if len(v.Ranked) > 0 {
 		fmt.Fprintln(w, "## Ranking")
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "Configs confirmed by reruns rank by their pooled score, as the winner was declared.")
+		note := "Configs confirmed by reruns rank by their pooled score, as the winner was declared."
+		if len(v.Ranked) > 1 {
+			first, _ := rankScore(v.Ranked[0], st.Confirmations)
+			second, _ := rankScore(v.Ranked[1], st.Confirmations)
+			if second > first {
+				note += " The declared winner ranks first although a config below it scored higher: the study declares on pooled reruns, and within the measured spread a tie goes to the config with fewer flags changed from the engine's defaults (see Confirmation reruns)."
+			}
+		}
+		fmt.Fprintln(w, note)
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "| rank | trial | score | params |")
 		fmt.Fprintln(w, "|---|---|---|---|")
@@ -76,7 +84,11 @@ func writeMarkdown(w io.Writer, v *view) {
 			if pooled {
 				score += " pooled"
 			}
-			fmt.Fprintf(w, "| %d | %d | %s | %s |\n", i+1, t.Number, score, paramString(t.Params))
+			trial := fmt.Sprint(t.Number)
+			if st.Best != nil && t.Number == st.Best.Number {
+				trial += " (winner)"
+			}
+			fmt.Fprintf(w, "| %d | %s | %s | %s |\n", i+1, trial, score, paramString(t.Params))
 		}
 		fmt.Fprintln(w)
 	}
@@ -124,7 +136,10 @@ func writeMarkdown(w io.Writer, v *view) {
 		score := "-"
 		if t.Score != nil {
 			score = fmt.Sprintf("%.2f", *t.Score)
-			if !t.ScoreOK {
+			switch {
+			case t.State != "complete":
+				score += " (partial)"
+			case !t.ScoreOK:
 				score += " (SLO miss)"
 			}
 		}

@@ -205,7 +205,7 @@ func TestRankingLeavesOutReruns(t *testing.T) {
 		{Number: 1, State: "complete", ScoreOK: true, Score: score(120)},
 		{Number: 2, State: "complete", ScoreOK: true, Score: score(130), ConfirmOf: &first},
 	}
-	if got := rankComplete(trials, nil); len(got) != 2 || got[0].Number != 1 || got[1].Number != 0 {
+	if got := rankComplete(trials, nil, -1); len(got) != 2 || got[0].Number != 1 || got[1].Number != 0 {
 		t.Errorf("ranked %+v, want trials 1 then 0", got)
 	}
 	// Confirmed, trial 0 pools 100 and 130 to 115 and trial 1 (measured
@@ -214,10 +214,15 @@ func TestRankingLeavesOutReruns(t *testing.T) {
 		pooled float64
 		first  int
 	}{{115, 1}, {125, 0}} {
-		got := rankComplete(trials, []Confirmation{{Trial: 0, Scores: []float64{100, 130}, Pooled: tc.pooled}})
+		got := rankComplete(trials, []Confirmation{{Trial: 0, Scores: []float64{100, 130}, Pooled: tc.pooled}}, -1)
 		if len(got) != 2 || got[0].Number != tc.first {
 			t.Errorf("pooled %v: ranked %+v, want trial %d first", tc.pooled, got, tc.first)
 		}
+	}
+	// The declared winner ranks first even below a config it tied with
+	// (the tie went to it, the simpler config).
+	if got := rankComplete(trials, nil, 0); len(got) != 2 || got[0].Number != 0 || got[1].Number != 1 {
+		t.Errorf("winner 0: ranked %+v, want trials 0 then 1", got)
 	}
 }
 

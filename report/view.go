@@ -140,7 +140,11 @@ func buildView(st Study) *view {
 	if !st.Generated.IsZero() {
 		v.Generated = st.Generated.UTC().Format("2006-01-02 15:04 UTC")
 	}
-	v.Ranked = rankComplete(st.Trials, st.Confirmations)
+	best := -1
+	if st.Best != nil {
+		best = st.Best.Number
+	}
+	v.Ranked = rankComplete(st.Trials, st.Confirmations, best)
 	v.ParamNames = paramNames(st.Trials)
 	for _, t := range st.Trials {
 		v.Rows = append(v.Rows, v.row(t))
@@ -219,9 +223,11 @@ func contains(list []string, s string) bool {
 }
 
 // rankComplete returns the complete trials meeting their SLO, best first:
-// a confirmed config by its pooled score, as the study declares (see
-// rankScore), any other by its one run.
-func rankComplete(trials []Trial, confirmed []Confirmation) []Trial {
+// the declared winner (trial number winner, -1 for none), then a confirmed
+// config by its pooled score, as the study declares (see rankScore), any
+// other by its one run. The winner can score below a config it tied with:
+// a tie goes to the config with fewer flags changed.
+func rankComplete(trials []Trial, confirmed []Confirmation, winner int) []Trial {
 	var out []Trial
 	for _, t := range trials {
 		// A confirmation rerun measures a config the ranking already
@@ -235,6 +241,11 @@ func rankComplete(trials []Trial, confirmed []Confirmation) []Trial {
 		b, _ := rankScore(out[j], confirmed)
 		return a > b
 	})
+	if i := slices.IndexFunc(out, func(t Trial) bool { return t.Number == winner }); i > 0 {
+		w := out[i]
+		copy(out[1:i+1], out[:i])
+		out[0] = w
+	}
 	return out
 }
 

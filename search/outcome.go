@@ -89,9 +89,13 @@ func decide(o observed, spec objective.ScoreSpec) outcome {
 		out := outcome{State: StatePruned, Final: goptuna.TrialStatePruned, Reason: o.pruned}
 		if o.result != nil {
 			// A pruned trial keeps its partial score for reports, never
-			// for the ranking: it is not complete.
-			v, _, why := objective.Score(spec, o.result)
-			out.Score, out.ScoreReason = &v, why
+			// for the ranking: it is not complete. Pruned before the
+			// scored level, it has none (not a score of 0).
+			v, ok, why := objective.Score(spec, o.result)
+			if ok || v > 0 {
+				out.Score = &v
+			}
+			out.ScoreReason = why
 		}
 		out.Line = "pruned: " + o.pruned
 		return out

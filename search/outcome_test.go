@@ -79,6 +79,15 @@ func TestDecide(t *testing.T) {
 	if out.Score == nil || *out.Score != 80 || out.ScoreOK {
 		t.Errorf("pruned score %v ok %v", out.Score, out.ScoreOK)
 	}
+	// Pruned before the scored level, it has no score (not a score of 0),
+	// and says why.
+	out = decide(observed{result: result(1, 80, 0.5), measureErr: errPruned, pruned: "too slow"}, spec)
+	if out.Score != nil || out.ScoreReason != "no point at concurrency 4" {
+		t.Errorf("pruned before the scored level: score %v, reason %q", out.Score, out.ScoreReason)
+	}
+	if s, ok := (Record{State: StatePruned, Score: new(float64)}).Scored(); ok {
+		t.Errorf("a stored 0 of a pruned trial reads as score %v", s)
+	}
 	// The failure's excerpt gives the reason when the launcher had none.
 	out = decide(observed{crash: ima}, spec)
 	if out.Reason != "RuntimeError: CUDA error: an illegal memory access" {

@@ -39,6 +39,17 @@ const (
 	ClassCrashRegion    = "crash_region" // every launched config of its region failed
 )
 
+// Scored returns the trial's score when one was read: a complete trial's,
+// or a pruned one's partial score at the scored level. Trials stored
+// before pruned ones kept no score there carry a 0 that was never
+// measured.
+func (r Record) Scored() (float64, bool) {
+	if r.Score == nil || (r.State != StateComplete && *r.Score <= 0) {
+		return 0, false
+	}
+	return *r.Score, true
+}
+
 // Record is one stored trial, decoded for reports.
 type Record struct {
 	ID           int                    `json:"-"`

@@ -465,6 +465,8 @@ func (r *runner) record(t *trialRun, out outcome, res *objective.Result, attrs m
 	if out.Score != nil {
 		attrs[storage.AttrScore] = strconv.FormatFloat(*out.Score, 'g', -1, 64)
 		attrs[storage.AttrScoreOK] = strconv.FormatBool(out.ScoreOK)
+	}
+	if out.ScoreReason != "" {
 		attrs[storage.AttrScoreReason] = out.ScoreReason
 	}
 	fin := storage.Finish{State: out.Final, Value: out.Value, Attrs: attrs}

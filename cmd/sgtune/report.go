@@ -89,8 +89,12 @@ func (d *studyData) reportStudy(storagePath string) (report.Study, error) {
 }
 
 func reportTrial(r search.Record) report.Trial {
+	var score *float64
+	if s, ok := r.Scored(); ok {
+		score = &s
+	}
 	t := report.Trial{
-		Number: r.Number, State: r.State, Score: r.Score, ScoreOK: r.ScoreOK,
+		Number: r.Number, State: r.State, Score: score, ScoreOK: r.ScoreOK,
 		Class: r.FailureClass, Reason: r.Reason, Params: r.Params, Flags: r.Flags(), Seconds: r.DurationS,
 		Start: r.Start, ExitCode: r.ExitCode, LogExcerpt: r.LogExcerpt, LogPath: r.LogPath,
 		Levels: levels(r), ConfirmOf: r.ConfirmOf,

@@ -205,8 +205,8 @@ in the header.`,
 				ScoreReason: rec.ScoreReason, Measured: figuresAt(rec, d.scoredConcurrency()),
 				ModelRevision: rev, APIKeyEnv: apiKeyEnv, Created: now(a.getenv),
 			}
-			if rec.Score != nil {
-				l.Score = *rec.Score
+			if s, ok := rec.Scored(); ok {
+				l.Score = &s
 			}
 			if l.Warning = notDeployable(rec); l.Warning != "" {
 				fmt.Fprintf(a.stderr, "warning: %s\n", l.Warning)

@@ -171,10 +171,11 @@ func statusText(d *studyData, now time.Time) string {
 }
 
 func scoreCell(r search.Record) string {
-	if r.Score == nil {
+	s, ok := r.Scored()
+	if !ok {
 		return "-"
 	}
-	return strconv.FormatFloat(*r.Score, 'f', 1, 64)
+	return strconv.FormatFloat(s, 'f', 1, 64)
 }
 
 // timeCell is a trial's duration, or for a running one the time so far.
