@@ -215,6 +215,15 @@ func (r *runner) flagCount(rec Record) int {
 // on the run's GPU groups; confirmation runs do not use the budget.
 func (r *runner) confirm(ctx context.Context, groups [][]int) error {
 	k, rounds := r.st.Budget.Confirm, max(r.st.Budget.ConfirmRounds, 1)
+	// The top configs are known once no search trial runs: a process whose
+	// workers found nothing to do (another holds the GPU group) leaves the
+	// confirmation to the processes still measuring.
+	if busy, err := r.unfinished(func(rec Record) bool { return rec.ConfirmOf == nil }); err != nil || busy > 0 {
+		if err == nil {
+			r.note("%d search trial(s) still run or wait in other processes; the last of them to finish confirms the top configs and declares the winner", busy)
+		}
+		return err
+	}
 	recs, err := Records(r.store, r.st.Name)
 	if err != nil {
 		return err
@@ -253,7 +262,34 @@ func (r *runner) confirm(ctx context.Context, groups [][]int) error {
 	if err := errors.Join(errs...); err != nil || ctx.Err() != nil {
 		return err
 	}
+	// Another process may still run a confirmation (or wait for a GPU
+	// group to run one): the last to finish declares, on every run.
+	if busy, err := r.unfinished(func(Record) bool { return true }); err != nil || busy > 0 {
+		if err == nil {
+			r.note("%d confirmation run(s) still run or wait in other processes; the last of them to finish declares the winner", busy)
+		}
+		return err
+	}
 	return r.declareWinner(top)
+}
+
+// unfinished counts the trials matching of that still run or wait to run,
+// after taking over those whose process died.
+func (r *runner) unfinished(of func(Record) bool) (int, error) {
+	if err := r.reap(); err != nil {
+		return 0, err
+	}
+	recs, err := Records(r.store, r.st.Name)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, rec := range recs {
+		if (rec.State == StateRunning || rec.State == StateWaiting) && of(rec) {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // queueConfirmations queues, interleaved, the confirmation runs the top

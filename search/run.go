@@ -364,6 +364,9 @@ func (r *runner) worker(ctx context.Context, gpus []int) error {
 			}
 			left, err := r.budgetLeft(ctx)
 			if err != nil {
+				if ctx.Err() != nil {
+					return nil // interrupted: not a storage failure
+				}
 				return err
 			}
 			if !left {
@@ -409,10 +412,13 @@ func (r *runner) drain(ctx context.Context) (more bool, err error) {
 		}
 		running := 0
 		for _, rec := range recs {
-			switch rec.State {
-			case StateWaiting:
+			switch {
+			case rec.State == StateWaiting && rec.ConfirmOf == nil:
+				// A confirmation run waits for the confirmation step,
+				// which runs once the search is over (returning more for
+				// it spun the search loop, which never runs one).
 				return true, nil
-			case StateRunning:
+			case rec.State == StateRunning:
 				running++
 			}
 		}
@@ -420,6 +426,9 @@ func (r *runner) drain(ctx context.Context) (more bool, err error) {
 			return false, nil
 		}
 		if left, err := r.budgetLeft(ctx); err != nil || left {
+			if ctx.Err() != nil {
+				return false, nil // interrupted: not a storage failure
+			}
 			return left, err
 		}
 		if !noted {

@@ -725,3 +725,75 @@ func TestResumeRefusesChangedStudy(t *testing.T) {
 		t.Errorf("resumed with a larger budget: states %v, want 4 complete", c)
 	}
 }
+
+// TestIdleWorkerLeavesConfirmation: a worker that finds the GPU group held
+// and the budget spent neither confirms nor declares while another
+// process's search trial still runs (it declared on the trials so far, and
+// queued confirmation runs the busy worker's search loop never ran, so it
+// spun); the busy worker confirms and declares once its trial is done.
+func TestIdleWorkerLeavesConfirmation(t *testing.T) {
+	st, store, path := openFake(t, "budget: {trials: 6, sampler: random, seed: 3, confirm: 0}", "budget: {trials: 2, sampler: random, seed: 3, confirm: 1}")
+	store2, err := storage.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store2.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := func(name string, s *storage.Store, b Backend) Options {
+		return Options{Study: st, Store: s, Backend: b, LogDir: t.TempDir(), Worker: true, Name: name, Parallel: 1,
+			Getenv: func(string) string { return "" }, Events: func(ev Event) { t.Log(name, ev.Text) }}
+	}
+	busy := &fakeBackend{gate: make(chan struct{}, 1)}
+	busy.gate <- struct{}{} // a's first trial completes, its second runs
+	type result struct {
+		sum Summary
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sum, err := Run(ctx, opts("a", store, busy))
+		done <- result{sum, err}
+	}()
+	// Wait for a's second trial to run, then run b to its end.
+	for {
+		recs, err := Records(store2, st.Name)
+		if err != nil && !errors.Is(err, ErrNoStudy) {
+			t.Fatal(err)
+		}
+		if c := states(recs); c[StateComplete] == 1 && c[StateRunning] == 1 {
+			break
+		}
+		select {
+		case a := <-done:
+			t.Fatalf("worker a ended before its trial ran: %v", a.err)
+		case <-ctx.Done():
+			t.Fatal("worker a's trial never ran")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	idle := &fakeBackend{}
+	sum, err := Run(ctx, opts("b", store2, idle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Winner != nil || len(idle.launches) != 0 {
+		t.Errorf("idle worker: winner %+v, %d launches", sum.Winner, len(idle.launches))
+	}
+	if recs, err := Records(store2, st.Name); err != nil || len(recs) != 2 {
+		t.Errorf("idle worker queued confirmation runs while the search trial ran: %v %v", states(recs), err)
+	}
+	close(busy.gate)
+	var a result
+	select {
+	case a = <-done:
+	case <-ctx.Done():
+		t.Fatal("the busy worker never finished (the confirmation runs were never run)")
+	}
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if a.sum.Winner == nil || len(busy.launches) != 3 || states(a.sum.Records)[StateComplete] != 3 {
+		t.Errorf("busy worker: winner %+v, %d launches, states %v", a.sum.Winner, len(busy.launches), states(a.sum.Records))
+	}
+}
