@@ -196,7 +196,7 @@ func buildView(st Study) *view {
 
 // stateOrder lists states in the order a reader expects, then any others.
 func stateOrder(counts map[string]int) []string {
-	order := []string{"complete", "running", "waiting", "pruned", "failed", "infeasible", "duplicate", "interrupted"}
+	order := []string{"complete", "running", "waiting", "pruned", "failed", "infeasible", "duplicate", "unlaunched", "interrupted"}
 	var out []string
 	for _, s := range order {
 		if counts[s] > 0 {

@@ -27,6 +27,9 @@ const (
 	StateFailed      = "failed"
 	StateInterrupted = "interrupted"
 	StateDuplicate   = "duplicate" // proposed again after it was measured; not launched
+	// StateUnlaunched is a proposal made as other workers spent the
+	// study's last launches: never launched, never re-run.
+	StateUnlaunched = "unlaunched"
 )
 
 // Failure classes the loop adds to the launcher's.

@@ -797,3 +797,27 @@ func TestIdleWorkerLeavesConfirmation(t *testing.T) {
 		t.Errorf("busy worker: winner %+v, %d launches, states %v", a.sum.Winner, len(busy.launches), states(a.sum.Records))
 	}
 }
+
+// TestLostBudgetRaceIsUnlaunched: two workers start together on a budget
+// of one launch; the proposal that loses the race is stored unlaunched
+// (not interrupted: it is never re-run) and the study counts one launch.
+// Both workers nearly always ask before either claims; the study is run
+// until they did.
+func TestLostBudgetRaceIsUnlaunched(t *testing.T) {
+	for try := 0; try < 20; try++ {
+		st, store, _ := openFake(t, "budget: {trials: 6, sampler: random, seed: 3, confirm: 0}", "budget: {trials: 1, sampler: random, seed: 3, confirm: 0}")
+		b := &fakeBackend{}
+		sum, err, _ := runFake(t, context.Background(), st, store, b, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := states(sum.Records)
+		if c[StateComplete] != 1 || c[StateInterrupted] != 0 || c[StateUnlaunched] > 1 || len(b.launches) != 1 {
+			t.Fatalf("states %v, %d launches; want 1 complete and at most 1 unlaunched", c, len(b.launches))
+		}
+		if c[StateUnlaunched] == 1 {
+			return
+		}
+	}
+	t.Error("in 20 studies no proposal lost the race for the last launch")
+}

@@ -80,7 +80,7 @@ func (r *runner) trial(ctx context.Context, gpus []int) (err error) {
 	}
 	if !ok {
 		t.done = true
-		if _, _, err := r.store.InterruptTrial(t.id, StateInterrupted, errBudgetTaken.Error(), false); err != nil {
+		if _, _, err := r.store.InterruptTrial(t.id, StateUnlaunched, errBudgetTaken.Error(), false); err != nil {
 			return err
 		}
 		return errBudgetTaken
@@ -96,8 +96,9 @@ func (r *runner) trial(ctx context.Context, gpus []int) (err error) {
 var errNothingQueued = errors.New("no queued trial")
 
 // errBudgetTaken ends a worker whose proposal found the budget used up by
-// other processes' launches.
-var errBudgetTaken = errors.New("the study's launched-trial budget was used up by other processes before this trial could launch")
+// other workers' launches (other processes', or this run's on its other
+// GPU groups).
+var errBudgetTaken = errors.New("the study's launch budget was spent by other workers before this proposal could launch; not launched")
 
 // ask takes the next trial: a queued re-run first (atomically claimed, so
 // two processes never take the same), else a new trial from the sampler.

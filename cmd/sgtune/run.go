@@ -148,7 +148,7 @@ func (a *app) printSummary(st *space.Study, sum search.Summary, storagePath stri
 	}
 	var parts []string
 	for _, s := range []string{search.StateComplete, search.StatePruned, search.StateFailed, search.StateInfeasible,
-		search.StateDuplicate, search.StateInterrupted, search.StateRunning} {
+		search.StateDuplicate, search.StateUnlaunched, search.StateInterrupted, search.StateRunning} {
 		if counts[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}
