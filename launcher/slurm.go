@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sgtune/sgtune/engine"
+	"github.com/sgtune/sgtune/errext"
 	"github.com/sgtune/sgtune/shell"
 )
 
@@ -267,7 +268,11 @@ func CheckSlurm(ctx context.Context, opt SlurmOptions) error {
 	}
 	args := append([]string{"--test-only"}, sbatchArgs(opt)...)
 	if _, err := slurmRun(ctx, "sbatch", append(args, "--output=/dev/null", "--wrap=true")...); err != nil {
-		return fmt.Errorf("launch.slurm: sbatch refuses a trial's job: %w", err)
+		err = fmt.Errorf("launch.slurm: sbatch refuses a trial's job (check partition, account, nodes, gres and extra_sbatch): %w", err)
+		if strings.Contains(err.Error(), "Unable to contact slurm controller") {
+			return err // the cluster, not the study file
+		}
+		return errext.Bad(err)
 	}
 	return nil
 }

@@ -246,6 +246,13 @@ func (r *runner) open(ctx context.Context, target objective.Target) error {
 	if err != nil {
 		return errext.Bad(fmt.Errorf("%s: budget.sampler: %w", r.st.Path, err))
 	}
+	// Slurm is asked first whether it would run a trial's job: a study
+	// file it refuses writes nothing.
+	if r.backend == nil {
+		if r.backend, err = r.slurmBackend(ctx, target); err != nil {
+			return err
+		}
+	}
 	// LoadOrCreateStudy creates the study and its direction in one
 	// transaction, so a second process never reads a half-made study.
 	r.study, err = r.store.LoadOrCreateStudy(r.st.Name, goptuna.StudyDirectionMaximize,
@@ -266,15 +273,7 @@ func (r *runner) open(ctx context.Context, target objective.Target) error {
 	if r.uid, err = r.studyUID(attrs); err != nil {
 		return err
 	}
-	if err := r.describeStudy(); err != nil {
-		return err
-	}
-	if r.backend == nil {
-		if r.backend, err = r.slurmBackend(ctx, target); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.describeStudy()
 }
 
 // workers runs one worker per GPU group until the study is done.

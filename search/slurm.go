@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sgtune/sgtune/engine"
+	"github.com/sgtune/sgtune/errext"
 	"github.com/sgtune/sgtune/launcher"
 	"github.com/sgtune/sgtune/objective"
 	"github.com/sgtune/sgtune/storage"
@@ -47,7 +48,7 @@ func (r *runner) slurmBackend(ctx context.Context, target objective.Target) (Bac
 	if opt.Nodes > 1 {
 		f, ok := slurmNodeFlags[r.st.Engine.Name]
 		if !ok {
-			return nil, fmt.Errorf("%s: launch.slurm.nodes %d: engine %s cannot run one server over several nodes", r.st.Path, opt.Nodes, r.st.Engine.Name)
+			return nil, errext.Bad(fmt.Errorf("%s: launch.slurm.nodes %d: engine %s cannot run one server over several nodes", r.st.Path, opt.Nodes, r.st.Engine.Name))
 		}
 		opt.NodeFlags = f
 	}

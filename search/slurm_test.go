@@ -2,6 +2,7 @@ package search
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sgtune/sgtune/errext"
 	"github.com/sgtune/sgtune/internal/slurmtest"
 	"github.com/sgtune/sgtune/launcher"
 	"github.com/sgtune/sgtune/space"
@@ -85,6 +87,25 @@ func TestSlurmBackend(t *testing.T) {
 	}
 	if active := slurmtest.ActiveJobs(t); strings.Count(active, "\n") != 0 || !strings.HasPrefix(active, blocker+" ") {
 		t.Errorf("jobs in the queue besides the blocker %s:\n%s", blocker, active)
+	}
+
+	// A job sbatch refuses (no such partition) is bad input, found before
+	// the storage holds anything of the study.
+	bad, err := space.Parse(path, []byte(strings.Replace(doc, "partition: debug", "partition: nosuch", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty, err := storage.Open(filepath.Join(t.TempDir(), "empty.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer empty.Close()
+	_, err = Run(ctx, Options{Study: bad, Store: empty, LogDir: t.TempDir()})
+	if errext.Code(err) != errext.BadInput || !strings.Contains(err.Error(), "nosuch") {
+		t.Errorf("partition nosuch: exit %d: %v", errext.Code(err), err)
+	}
+	if _, err := Records(empty, bad.Name); !errors.Is(err, ErrNoStudy) {
+		t.Errorf("partition nosuch: the storage holds the study (%v)", err)
 	}
 }
 
