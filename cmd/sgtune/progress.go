@@ -153,6 +153,45 @@ func (p *progress) eta() time.Duration {
 	return left
 }
 
+// aside prints s to w (stderr, say) as a line of its own: on a terminal
+// the live status line is cleared first and drawn again below it.
+func (p *progress) aside(w io.Writer, s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.live && p.status != "" {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.status = ""
+	}
+	fmt.Fprintln(w, s)
+	p.draw()
+}
+
+// tickEvery is how often the live line is redrawn between events: a
+// server's startup takes minutes without one, and a frozen elapsed time
+// looks like a hang.
+const tickEvery = time.Second
+
+// tick redraws the live line every tickEvery until done is closed.
+func (p *progress) tick(done <-chan struct{}) {
+	if !p.live {
+		return
+	}
+	t := time.NewTicker(tickEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			p.mu.Lock()
+			if p.status != "" {
+				p.draw()
+			}
+			p.mu.Unlock()
+		}
+	}
+}
+
 // stop clears the live line, for the summary that follows.
 func (p *progress) stop() {
 	p.mu.Lock()

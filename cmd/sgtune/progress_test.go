@@ -79,3 +79,35 @@ func TestProgressLiveLine(t *testing.T) {
 		t.Errorf("plain output has terminal control or lacks the lines:\n%q", plain)
 	}
 }
+
+// TestProgressAsideAndTick: a message printed beside a live status line
+// (the interrupt's) starts on a cleared line, not glued onto the status,
+// which is drawn again below it; between events the line is redrawn with
+// the time elapsed (it froze through a server's startup).
+func TestProgressAsideAndTick(t *testing.T) {
+	var buf bytes.Buffer
+	p := newProgress(&buf)
+	p.live = true
+	clock := p.start
+	p.now = func() time.Time { return clock }
+	p.event(search.Event{Kind: search.EventLaunching, Trial: 0, Phase: "starting", Budget: 4, Text: "trial 0 launching"})
+	p.aside(&buf, "sgtune: interrupt: stopping")
+	out := buf.String()
+	if !strings.Contains(out, "\r\033[Ksgtune: interrupt: stopping\n") || !strings.HasSuffix(out, "\r\033[Ktrial 0 · 0 of 4 launched · starting · 0s elapsed") {
+		t.Errorf("aside output %q", out)
+	}
+	p.mu.Lock()
+	clock = clock.Add(5 * time.Second)
+	p.mu.Unlock()
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() { p.tick(done); close(ended) }()
+	time.Sleep(tickEvery + tickEvery/2)
+	close(done)
+	<-ended
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !strings.HasSuffix(buf.String(), "starting · 5s elapsed") {
+		t.Errorf("no redraw between events: %q", buf.String())
+	}
+}

@@ -72,15 +72,17 @@ starting new trials after the given time; the trial in flight finishes.`,
 			abort := make(chan struct{})
 			watchDone := make(chan struct{})
 			defer close(watchDone)
-			go a.watchSignals(stop, abort, watchDone)
-
 			prog := newProgress(a.stdout)
+			go a.watchSignals(stop, abort, watchDone, func(s string) { prog.aside(a.stderr, s) })
+			tickDone := make(chan struct{})
+			go prog.tick(tickDone) // ends when the run does
 			sum, runErr := search.Run(ctx, search.Options{
 				Study: st, Store: store, LogDir: logs,
 				Trials: trials, Timeout: timeout, Parallel: parallel,
 				Getenv: a.getenv, Abort: abort, Preflight: &pre,
 				Events: prog.event,
 			})
+			close(tickDone)
 			prog.stop()
 			return a.finish(st, sum, storagePath, runErr)
 		},
@@ -95,8 +97,9 @@ starting new trials after the given time; the trial in flight finishes.`,
 }
 
 // watchSignals cancels the run on the first interrupt, closes abort on the
-// second and exits on the third.
-func (a *app) watchSignals(stop context.CancelFunc, abort chan struct{}, done <-chan struct{}) {
+// second and exits on the third; say prints what it does (below a live
+// status line, not onto it).
+func (a *app) watchSignals(stop context.CancelFunc, abort chan struct{}, done <-chan struct{}, say func(string)) {
 	if a.interrupts == nil {
 		return
 	}
@@ -108,13 +111,13 @@ func (a *app) watchSignals(stop context.CancelFunc, abort chan struct{}, done <-
 		case <-a.interrupts:
 			switch n++; n {
 			case 1:
-				fmt.Fprintln(a.stderr, "sgtune: interrupt: stopping the running trial cleanly; it is re-run when the study resumes (Ctrl-C again to tear down at once)")
+				say("sgtune: interrupt: stopping the running trial cleanly; it is re-run when the study resumes (Ctrl-C again to tear down at once)")
 				stop()
 			case 2:
-				fmt.Fprintln(a.stderr, "sgtune: second interrupt: tearing down now (Ctrl-C again to exit at once)")
+				say("sgtune: second interrupt: tearing down now (Ctrl-C again to exit at once)")
 				close(abort)
 			default:
-				fmt.Fprintln(a.stderr, "sgtune: third interrupt: exiting; run the same command to clean up and continue")
+				say("sgtune: third interrupt: exiting; run the same command to clean up and continue")
 				if a.exit != nil {
 					a.exit(exitInterrupted)
 				}

@@ -71,7 +71,7 @@ are plain text, one per event.`,
 			abort := make(chan struct{})
 			watchDone := make(chan struct{})
 			defer close(watchDone)
-			go a.watchSignals(stop, abort, watchDone)
+			go a.watchSignals(stop, abort, watchDone, func(s string) { fmt.Fprintln(a.stderr, s) })
 
 			sum, runErr := search.Run(ctx, search.Options{
 				Study: st, Store: store, LogDir: logs,
