@@ -159,8 +159,12 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	}
 	text := fmt.Sprintf("study %s: %d of %d trials launched so far, %d to retry; %d worker(s)", r.st.Name, r.launched, r.budget, waiting, len(groups))
 	if r.launched >= r.budget {
-		text = fmt.Sprintf("study %s: its budget of %d trials is spent (%d launched); %d to retry; %d worker(s); a larger --trials continues the search",
-			r.st.Name, r.budget, r.launched, waiting, len(groups))
+		more := "a larger --trials continues the search"
+		if r.opt.Worker {
+			more = "a larger budget.trials in the study file continues the search"
+		}
+		text = fmt.Sprintf("study %s: its budget of %d trials is spent (%d launched); %d to retry; %d worker(s); %s",
+			r.st.Name, r.budget, r.launched, waiting, len(groups), more)
 	}
 	r.emit(Event{Kind: EventStudy, Trial: -1, Text: text})
 

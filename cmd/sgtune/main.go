@@ -44,7 +44,10 @@ type app struct {
 
 func main() {
 	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	// A closed terminal or ssh session (SIGHUP) stops a run as Ctrl-C does:
+	// its trial is stopped, its Slurm job cancelled, and it is re-run on
+	// resume (a HUP killed the process and left the job holding its GPUs).
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	a := &app{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, interrupts: sig, exit: os.Exit}
 	os.Exit(a.execute(context.Background(), os.Args[1:]))
 }

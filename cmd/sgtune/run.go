@@ -232,7 +232,7 @@ func (a *app) openStudy(st *space.Study, storagePath, logDir string, parallel in
 }
 
 // storageHelp documents --storage for every command that has it.
-const storageHelp = "SQLite file or postgres:// URL holding the study (default from $SGTUNE_STORAGE, else sgtune.db)"
+const storageHelp = "SQLite file or postgres:// URL holding the study; $SGTUNE_STORAGE, when set, replaces the default"
 
 // storageFromEnv makes $SGTUNE_STORAGE the default of a command's --storage.
 func (a *app) storageFromEnv(cmd *cobra.Command) error {

@@ -83,7 +83,7 @@ are plain text, one per event.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&storagePath, "storage", "", storageHelp+"; required")
+	f.StringVar(&storagePath, "storage", "", "SQLite file or postgres:// URL every worker of the study shares; required unless $SGTUNE_STORAGE names it")
 	f.DurationVar(&timeout, "timeout", 0, "stop starting trials after this long, e.g. 8h (default: the study file's budget.timeout)")
 	f.IntVar(&parallel, "parallel", 0, "trials this worker runs at once: Slurm jobs in flight, or local GPU groups (default: the study file's budget.parallel)")
 	f.StringVar(&logDir, "log-dir", "", "directory for per-trial server logs, shared by the nodes with Slurm (default: sgtune-logs beside the storage, or in the working directory for PostgreSQL)")
