@@ -2,7 +2,9 @@ package report
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -101,6 +103,20 @@ const (
 func WriteReport(dir string, st Study) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("report: %w", err)
+	}
+	// A report written here before may have plots this one does not draw
+	// (a param no longer varied): they would sit beside it, out of date.
+	old, err := filepath.Glob(filepath.Join(dir, "effect-*.svg"))
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	for _, n := range []string{plotProgress, plotThroughput, plotTTFT, plotPareto} {
+		old = append(old, filepath.Join(dir, n))
+	}
+	for _, f := range old {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("report: remove the earlier %s: %w", filepath.Base(f), err)
+		}
 	}
 	v := buildView(st)
 	for i, p := range v.plotSpecs() {

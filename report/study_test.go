@@ -310,6 +310,26 @@ func TestWriteReportEmpty(t *testing.T) {
 	}
 }
 
+// TestWriteReportDropsStalePlots: plots a report written into the same
+// directory before drew, and this one does not, are removed; other files
+// stay.
+func TestWriteReportDropsStalePlots(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"effect-ep.svg", "throughput.svg", "notes.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("<svg/>"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := WriteReport(dir, Study{Name: "empty"}); err != nil {
+		t.Fatal(err)
+	}
+	for f, want := range map[string]bool{"effect-ep.svg": false, "throughput.svg": false, "notes.txt": true} {
+		if _, err := os.Stat(filepath.Join(dir, f)); (err == nil) != want {
+			t.Errorf("%s: present %v, want %v", f, err == nil, want)
+		}
+	}
+}
+
 // TestReportInChromium renders the page in headless Chromium through
 // scripts/report-check.sh and checks that the check fails on a broken page.
 // CI installs chromium; without it the test is skipped.

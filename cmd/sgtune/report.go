@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -33,6 +34,9 @@ scripts. Report reads the storage only.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return badInput(errors.New("-o DIR is required"))
+			}
+			if fi, err := os.Stat(out); err == nil && !fi.IsDir() {
+				return badInput(fmt.Errorf("-o %s is a file: give a directory for index.html, report.md and the plots", out))
 			}
 			d, err := sf.open()
 			if err != nil {

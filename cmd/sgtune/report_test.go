@@ -54,6 +54,14 @@ func TestReportCommand(t *testing.T) {
 		t.Error(err)
 	}
 
+	// -o naming a file, and export -o naming a directory: bad input.
+	if code, msg := cli(t, nil, nil, "report", "--storage", db, "-o", db); code != exitUsage || !strings.Contains(msg, "is a file: give a directory") {
+		t.Errorf("report -o FILE: exit %d\n%s", code, msg)
+	}
+	if code, msg := cli(t, nil, nil, "export", "--storage", db, "-o", out); code != exitUsage || !strings.Contains(msg, "is a directory: give the script's file name") {
+		t.Errorf("export -o DIR: exit %d\n%s", code, msg)
+	}
+
 	// Without -o: bad input, nothing written.
 	if code, msg := cli(t, nil, nil, "report", "--storage", db); code != exitUsage {
 		t.Errorf("report without -o: exit %d\n%s", code, msg)

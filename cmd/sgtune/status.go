@@ -272,6 +272,9 @@ func notDeployable(rec search.Record) string {
 // writeExecutable writes b to path through a temporary file and a rename:
 // an existing script is replaced whole or not at all.
 func writeExecutable(path string, b []byte) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return badInput(fmt.Errorf("-o %s is a directory: give the script's file name, e.g. %s", path, filepath.Join(path, "best-launch.sh")))
+	}
 	dir := filepath.Dir(path)
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return badInput(fmt.Errorf("-o %s: no directory %s to write it in", path, dir))
