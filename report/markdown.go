@@ -147,6 +147,9 @@ func writeMarkdown(w io.Writer, v *view) {
 		if t.Reason != "" {
 			detail = strings.TrimPrefix(detail+": "+t.Reason, ": ")
 		}
+		if t.RetryOf != nil {
+			detail = strings.TrimSpace(fmt.Sprintf("retry of trial %d %s", *t.RetryOf, detail))
+		}
 		if t.ConfirmOf != nil {
 			detail = strings.TrimSpace(fmt.Sprintf("confirms trial %d %s", *t.ConfirmOf, detail))
 		}

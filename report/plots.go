@@ -377,7 +377,7 @@ func paramValues(name string, trials []Trial) []string {
 	seen := map[string]bool{}
 	var vals []string
 	for _, t := range trials {
-		if t.Params == nil {
+		if len(t.Params) == 0 { // a queued re-run has no config yet
 			continue
 		}
 		v := paramText(t.Params, name)

@@ -29,6 +29,8 @@ type Trial struct {
 	Start, End time.Time
 	// Launched says the trial started a server (it spent budget).
 	Launched bool
+	// RetryOf is the trial this one runs again (it was interrupted).
+	RetryOf *int
 	// ConfirmOf is the trial whose config this one measured again (a
 	// confirmation run), nil for a trial of the search.
 	ConfirmOf *int

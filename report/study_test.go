@@ -464,3 +464,22 @@ func TestMarkdownNamesReruns(t *testing.T) {
 		t.Errorf("report.md lacks %q:\n%s", want, md.String())
 	}
 }
+
+// A queued re-run (no config yet) adds no "(unset)" value to the effect
+// plots, and report.md says which trial it re-runs.
+func TestQueuedRetryInReport(t *testing.T) {
+	score, one := 100.0, 1
+	trials := []Trial{
+		{Number: 0, State: "complete", ScoreOK: true, Score: &score, Params: map[string]interface{}{"ep": "4"}},
+		{Number: 1, State: "interrupted", Params: map[string]interface{}{"ep": "4"}},
+		{Number: 2, State: "waiting", Params: map[string]interface{}{}, RetryOf: &one},
+	}
+	if got := paramValues("ep", trials); len(got) != 1 || got[0] != "4" {
+		t.Errorf("ep values %q, want [4]", got)
+	}
+	var md bytes.Buffer
+	writeMarkdown(&md, buildView(Study{Name: "s", Trials: trials}))
+	if !strings.Contains(md.String(), "| 2 | waiting | - | retry of trial 1 |") {
+		t.Errorf("report.md does not name the retry:\n%s", md.String())
+	}
+}

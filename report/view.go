@@ -277,7 +277,7 @@ func (v *view) row(t Trial) trialRow {
 		r.RerunOf = *t.ConfirmOf
 	}
 	for _, n := range v.ParamNames {
-		if t.Params == nil {
+		if len(t.Params) == 0 {
 			r.Params = append(r.Params, "")
 			continue
 		}

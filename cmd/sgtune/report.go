@@ -101,7 +101,7 @@ func reportTrial(r search.Record) report.Trial {
 		Number: r.Number, State: r.State, Score: score, ScoreOK: r.ScoreOK,
 		Class: r.FailureClass, Reason: r.Reason, Params: r.Params, Flags: r.Flags(), Seconds: r.DurationS,
 		Start: r.Start, ExitCode: r.ExitCode, LogExcerpt: r.LogExcerpt, LogPath: r.LogPath,
-		Levels: levels(r), ConfirmOf: r.ConfirmOf,
+		Levels: levels(r), ConfirmOf: r.ConfirmOf, RetryOf: r.RetryOf,
 		// A trial that has a log or startup facts started a server.
 		Launched: r.State != search.StateInterrupted && r.ConfirmOf == nil &&
 			(r.LogPath != "" || len(r.Facts) > 0 || r.State == search.StateComplete),
