@@ -78,20 +78,21 @@ func PlateauOf(st Study) (p Plateau, ok bool) {
 			p.Spread, p.SpreadFrom = spread, from
 		}
 	}
-	if lo, hi, n, conc := repeatRange(best.Points, st.ScoreConcurrency); n > 0 {
+	// One repeat, or one run, measures no spread.
+	if lo, hi, n, conc := repeatRange(best.Points, st.ScoreConcurrency); n > 1 {
 		widen(hi-lo, fmt.Sprintf("trial %d's %d repeats at c=%d: %s to %s output tok/s", best.Number, n, conc, formatScore(lo), formatScore(hi)))
 	}
 	runs := func(who string, c Confirmation) string {
 		return fmt.Sprintf("%s %d runs: %s to %s", who, len(c.Scores), formatScore(slices.Min(c.Scores)), formatScore(slices.Max(c.Scores)))
 	}
-	if c, ok := confirmed[best.Number]; ok && best.Number != p.Winner && len(c.Scores) > 0 {
+	if c, ok := confirmed[best.Number]; ok && best.Number != p.Winner && len(c.Scores) > 1 {
 		widen(c.Spread, runs(fmt.Sprintf("trial %d's", best.Number), c))
 	}
-	if c, ok := confirmed[p.Winner]; ok && len(c.Scores) > 0 {
+	if c, ok := confirmed[p.Winner]; ok && len(c.Scores) > 1 {
 		widen(c.Spread, runs("the winner's", c))
 	}
 	if p.Spread < 0 {
-		p.Spread, p.SpreadFrom = 0, "no repeated measurement"
+		p.Spread, p.SpreadFrom = 0, ""
 	}
 	p.On = p.Gap <= p.Spread+1e-9
 	return p, true
@@ -131,10 +132,22 @@ func (p Plateau) Text() string {
 		return formatScore(score)
 	}
 	winner, score := pooled(p.WinnerScore, p.WinnerRuns), pooled(p.BestScore, p.BestRuns)
-	if p.Best == p.Winner {
-		return fmt.Sprintf("%s: the winner, trial %d (%s), has the best score the study saw; the measured spread is %s (from %s).",
-			verdict, p.Winner, winner, formatScore(p.Spread), p.SpreadFrom)
+	seen := "the best score the study saw"
+	has := seen
+	if p.WinnerRuns > 1 || p.BestRuns > 1 {
+		has += ", each config's runs pooled"
 	}
-	return fmt.Sprintf("%s: the winner, trial %d (%s), is %s below the best score the study saw (trial %d, %s), %s the measured spread %s (from %s).",
-		verdict, p.Winner, winner, formatScore(p.Gap), p.Best, score, rel, formatScore(p.Spread), p.SpreadFrom)
+	if p.SpreadFrom == "" {
+		// Nothing was measured twice: there is no spread to compare with.
+		if p.Best == p.Winner {
+			return fmt.Sprintf("The winner, trial %d (%s), has %s; no spread was measured (one run of one repeat), so how much of its lead is noise is unknown.", p.Winner, winner, has)
+		}
+		return fmt.Sprintf("The winner, trial %d (%s), is %s below %s (trial %d, %s); no spread was measured (one run of one repeat).", p.Winner, winner, formatScore(p.Gap), seen, p.Best, score)
+	}
+	if p.Best == p.Winner {
+		return fmt.Sprintf("%s: the winner, trial %d (%s), has %s; the measured spread is %s (from %s).",
+			verdict, p.Winner, winner, has, formatScore(p.Spread), p.SpreadFrom)
+	}
+	return fmt.Sprintf("%s: the winner, trial %d (%s), is %s below %s (trial %d, %s), %s the measured spread %s (from %s).",
+		verdict, p.Winner, winner, formatScore(p.Gap), seen, p.Best, score, rel, formatScore(p.Spread), p.SpreadFrom)
 }

@@ -73,6 +73,11 @@ func TestPlateauOf(t *testing.T) {
 				{Trial: 0, Scores: []float64{100, 110, 120}, Pooled: 110, Spread: 20},
 			}}
 		}(), true, false, 1, 30, 20, "is 30 below the best score the study saw (trial 1, 140), more than the measured spread 20"},
+		// One repeat of one run measures no spread: it is not "a spread of 0".
+		{"nothing measured twice", func() Study {
+			ts := []Trial{{Number: 0, State: "complete", ScoreOK: true, Score: f(100), Points: reps(8, 100)}}
+			return Study{Trials: ts, Best: &ts[0], ScoreConcurrency: 8}
+		}(), true, true, 0, 0, 0, "The winner, trial 0 (100), has the best score the study saw; no spread was measured (one run of one repeat)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
