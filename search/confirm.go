@@ -324,7 +324,7 @@ func (r *runner) queueConfirmations(top []Record, rounds int) error {
 		for i, rec := range top {
 			nums[i] = rec.Number
 		}
-		r.emit(Event{Kind: EventConfirming, Trial: -1, Phase: "confirming",
+		r.emit(Event{Kind: EventConfirming, Trial: -1, Phase: "confirming", Queued: queued,
 			Text: fmt.Sprintf("confirming the top %d config(s) (trials %s): %d more run(s), interleaved", len(top), joinInts(nums), queued)})
 	}
 	return nil

@@ -41,6 +41,8 @@ type Event struct {
 	// the time of the event; Best: the best score so far (nil: none).
 	Launched, Budget int
 	Best             *float64
+	// Queued is, for EventConfirming, the confirmation runs it queued.
+	Queued int
 }
 
 // emit sends an event to the run's listener, filling the study-wide fields.

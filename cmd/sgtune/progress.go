@@ -36,6 +36,10 @@ type progress struct {
 	done    []time.Duration
 	ev      search.Event // the latest event's study-wide figures
 	stopped bool
+	// confirming is set once the search is over and its top configs run
+	// again; confirmLeft counts those runs not started yet.
+	confirming  bool
+	confirmLeft int
 }
 
 // newProgress writes to w, live when w is a terminal.
@@ -62,6 +66,9 @@ func (p *progress) event(ev search.Event) {
 	switch ev.Kind {
 	case search.EventLaunching:
 		p.trial, p.phase, p.tokS, p.since = ev.Trial, ev.Phase, 0, ev.Time
+		if p.confirming && p.confirmLeft > 0 {
+			p.confirmLeft--
+		}
 	case search.EventPhase:
 		p.phase = ev.Phase
 	case search.EventPoint:
@@ -77,6 +84,7 @@ func (p *progress) event(ev search.Event) {
 		}
 	case search.EventConfirming:
 		p.phase = ev.Phase
+		p.confirming, p.confirmLeft = true, ev.Queued
 	}
 	// Phases only move the live line on a terminal; a point's figures come
 	// as an event without a line (its line came before).
@@ -118,6 +126,9 @@ func (p *progress) statusLine() string {
 	if p.ev.Budget > 0 {
 		parts = append(parts, fmt.Sprintf("%d of %d launched", p.ev.Launched, p.ev.Budget))
 	}
+	if p.confirming {
+		parts = append(parts, fmt.Sprintf("confirming: %d rerun(s) to start", p.confirmLeft))
+	}
 	if p.phase != "" {
 		parts = append(parts, p.phase)
 	}
@@ -136,7 +147,8 @@ func (p *progress) statusLine() string {
 }
 
 // eta estimates the time left from the mean duration of the trials this
-// run finished and the launches left in the budget.
+// run finished, the launches left in the budget and the confirmation runs
+// not started yet.
 func (p *progress) eta() time.Duration {
 	if len(p.done) == 0 || p.ev.Budget <= 0 {
 		return 0
@@ -146,7 +158,11 @@ func (p *progress) eta() time.Duration {
 		sum += d
 	}
 	mean := sum / time.Duration(len(p.done))
-	left := time.Duration(max(p.ev.Budget-p.ev.Launched, 0)) * mean
+	runs := max(p.ev.Budget-p.ev.Launched, 0)
+	if p.confirming { // the search is over, whatever budget it left
+		runs = p.confirmLeft
+	}
+	left := time.Duration(runs) * mean
 	if p.trial >= 0 {
 		left += max(mean-p.now().Sub(p.since), 0)
 	}

@@ -111,3 +111,24 @@ func TestProgressAsideAndTick(t *testing.T) {
 		t.Errorf("no redraw between events: %q", buf.String())
 	}
 }
+
+// TestProgressETACountsConfirmations: once the search is over, the time
+// left counts the confirmation runs still to start (it said ~3s left with
+// three reruns of ~8s each to come).
+func TestProgressETACountsConfirmations(t *testing.T) {
+	var buf bytes.Buffer
+	p := newProgress(&buf)
+	p.live = true
+	t0 := p.start
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	clock := at(0)
+	p.now = func() time.Time { return clock }
+	p.event(search.Event{Kind: search.EventLaunching, Trial: 0, Phase: "starting", Time: at(0), Launched: 1, Budget: 1})
+	p.event(search.Event{Kind: search.EventFinished, Trial: 0, State: search.StateComplete, Time: at(10), Launched: 1, Budget: 1})
+	p.event(search.Event{Kind: search.EventConfirming, Trial: -1, Phase: "confirming", Queued: 2, Launched: 1, Budget: 1})
+	p.event(search.Event{Kind: search.EventLaunching, Trial: 1, Phase: "starting", Time: at(10), Launched: 1, Budget: 1})
+	clock = at(12)
+	if got := p.statusLine(); !strings.Contains(got, "confirming: 1 rerun(s) to start") || !strings.Contains(got, "~18s left") {
+		t.Errorf("status line %q: want one rerun to start and ~18s left (10 s for it, 8 s of this one)", got)
+	}
+}
