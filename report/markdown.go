@@ -17,7 +17,11 @@ func writeMarkdown(w io.Writer, v *view) {
 	if st.Budget > 0 {
 		budget = fmt.Sprintf(" of %d", st.Budget)
 	}
-	fmt.Fprintf(w, "%d trials (%s); %d%s launches; %s of launch and measurement time", len(st.Trials), v.Counts, v.Launched, budget, v.Measured)
+	reruns := ""
+	if v.Reruns > 0 {
+		reruns = fmt.Sprintf(" and %d confirmation reruns", v.Reruns)
+	}
+	fmt.Fprintf(w, "%d trials (%s); %d%s search launches%s; %s of launch and measurement time", len(st.Trials), v.Counts, v.Launched, budget, reruns, v.Measured)
 	if v.Wall != "" {
 		fmt.Fprintf(w, ", %s wall time", v.Wall)
 	}

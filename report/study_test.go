@@ -436,7 +436,7 @@ func TestReportMarksReruns(t *testing.T) {
 	st := fixture()
 	three := 3
 	rerun := st.Trials[3]
-	rerun.Number, rerun.ConfirmOf = 6, &three
+	rerun.Number, rerun.ConfirmOf, rerun.Launched = 6, &three, false // as the CLI reads a rerun: outside the budget
 	st.Trials = append(st.Trials, rerun)
 	var b strings.Builder
 	if err := writeHTML(&b, buildView(st)); err != nil {
@@ -447,6 +447,16 @@ func TestReportMarksReruns(t *testing.T) {
 	}
 	if n := strings.Count(b.String(), `class="rerun"`); n != 1 {
 		t.Errorf("%d rows marked as reruns, want 1", n)
+	}
+	// The budget card and report.md count the rerun apart from the
+	// search's launches.
+	if want := "search launches (interrupted ones are re-run); and 1 confirmation reruns"; !strings.Contains(b.String(), want) {
+		t.Errorf("page lacks %q", want)
+	}
+	var md bytes.Buffer
+	writeMarkdown(&md, buildView(st))
+	if want := "5 of 8 search launches and 1 confirmation reruns;"; !strings.Contains(md.String(), want) {
+		t.Errorf("report.md lacks %q:\n%.300s", want, md.String())
 	}
 }
 

@@ -19,9 +19,11 @@ import (
 
 // view is the study digested once for both the page and the markdown.
 type view struct {
-	St         Study
-	Counts     string // "8 complete, 2 failed, ..."
-	Launched   int
+	St       Study
+	Counts   string // "8 complete, 2 failed, ..."
+	Launched int
+	// Reruns counts the confirmation runs that ran (outside the budget).
+	Reruns     int
 	Wall       string // first start to last end
 	Measured   string // sum of the trials' own durations
 	Ranked     []Trial
@@ -116,6 +118,9 @@ func buildView(st Study) *view {
 		measured += t.Seconds
 		if t.Launched {
 			v.Launched++
+		}
+		if t.ConfirmOf != nil && (t.State == "complete" || t.State == "failed" || t.State == "pruned") {
+			v.Reruns++
 		}
 		if !t.Start.IsZero() && (first.IsZero() || t.Start.Before(first)) {
 			first = t.Start
