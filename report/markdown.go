@@ -34,7 +34,11 @@ func writeMarkdown(w io.Writer, v *view) {
 	}
 
 	if st.Best == nil {
-		fmt.Fprintln(w, "No trial met the score's SLO and quality gates.")
+		if !anyMeasured(st.Trials) {
+			fmt.Fprintln(w, "No trial was measured yet.")
+		} else {
+			fmt.Fprintln(w, "No trial met the score's SLO and quality gates.")
+		}
 		fmt.Fprintln(w)
 	} else {
 		b := st.Best
@@ -159,6 +163,17 @@ func writeMarkdown(w io.Writer, v *view) {
 		}
 		fmt.Fprintf(w, "| %d | %s | %s | %s | %s |\n", t.Number, t.State, score, mdEscape(detail), paramString(t.Params))
 	}
+}
+
+// anyMeasured reports whether a trial ran to the end or failed: one that
+// could meet the score's SLO and gates, or show why not.
+func anyMeasured(trials []Trial) bool {
+	for _, t := range trials {
+		if t.State == "complete" || t.State == "failed" || t.State == "pruned" || t.State == "infeasible" {
+			return true
+		}
+	}
+	return false
 }
 
 func cellText(c matrixCell) string {

@@ -299,8 +299,14 @@ func TestWriteReportEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
-	if !strings.Contains(string(md), "No trial met") {
+	if !strings.Contains(string(md), "No trial was measured yet.") {
 		t.Errorf("empty study report:\n%s", md)
+	}
+	// With a failure, it is the SLO and gates that nothing met.
+	var failed bytes.Buffer
+	writeMarkdown(&failed, buildView(Study{Name: "f", Trials: []Trial{{Number: 0, State: "failed", Class: "oom"}}}))
+	if !strings.Contains(failed.String(), "No trial met the score's SLO and quality gates.") {
+		t.Errorf("report of a failed study:\n%s", failed.String())
 	}
 	if _, err := os.Stat(filepath.Join(dir, "throughput.svg")); !os.IsNotExist(err) {
 		t.Error("a plot was drawn without data")

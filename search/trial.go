@@ -348,6 +348,8 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 	}
 	where := "on GPUs " + gpuList(gpus)
 	switch {
+	case kind.UsesGPUs && r.st.Slurmed():
+		where = "as a Slurm job (Slurm picks the node and GPUs)"
 	case kind.UsesGPUs:
 	case r.st.CPUsPerTrial > 0:
 		where = fmt.Sprintf("on %d CPU(s)", r.st.CPUsPerTrial)
