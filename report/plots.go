@@ -125,6 +125,9 @@ func progressPlot(trials []Trial) (*plot.Plot, error) {
 	if err := addScatter(p, miss, colMisses, draw.RingGlyph{}, "misses SLO"); err != nil {
 		return nil, err
 	}
+	// Half a trial either side, so no point sits on the frame.
+	p.X.Min, p.X.Max = p.X.Min-0.5, p.X.Max+0.5
+	p.X.Tick.Marker = integerTicks
 	legendRoom(p, 2)
 	p.Legend.Top = true
 	p.Legend.Left = true
@@ -299,15 +302,35 @@ func legendRoom(p *plot.Plot, entries int) {
 	p.Y.Max += r * (0.12 + 0.10*float64(entries))
 }
 
-// pad widens an axis by frac of its range on both sides (labels need room).
+// pad widens an axis by frac of its range on both sides (labels need room),
+// never below 0 for data that is not (a TTFT or a throughput below zero
+// read as a measurement).
 func pad(a *plot.Axis, frac float64) {
 	r := a.Max - a.Min
 	if r <= 0 {
 		r = math.Max(math.Abs(a.Max), 1)
 	}
+	nonNegative := a.Min >= 0
 	a.Min -= r * frac
 	a.Max += r * frac
+	if nonNegative && a.Min < 0 {
+		a.Min = 0
+	}
 }
+
+// integerTicks label whole numbers only (trial numbers): 0, 0.5, 1 read as
+// trials that do not exist.
+var integerTicks = plot.TickerFunc(func(min, max float64) []plot.Tick {
+	var out []plot.Tick
+	for _, t := range readableTicks.Ticks(min, max) {
+		if t.Value == math.Trunc(t.Value) {
+			out = append(out, t)
+		} else {
+			out = append(out, plot.Tick{Value: t.Value}) // a minor tick
+		}
+	}
+	return out
+})
 
 // effectPlot draws the score of every trial by the value of one parameter;
 // failed and infeasible trials sit in a band below the lowest score.

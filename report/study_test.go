@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -497,5 +498,32 @@ func TestQueuedRetryInReport(t *testing.T) {
 	writeMarkdown(&md, buildView(Study{Name: "s", Trials: trials}))
 	if !strings.Contains(md.String(), "| 2 | waiting | - | retry of trial 1 |") {
 		t.Errorf("report.md does not name the retry:\n%s", md.String())
+	}
+}
+
+// With one measured trial the plots keep their axes sensible: no trial
+// axis labelled 0.5, no TTFT axis running below zero, the point off the
+// frame.
+func TestPlotsOfOneTrial(t *testing.T) {
+	score := 34021.0
+	trials := []Trial{{Number: 1, State: "complete", ScoreOK: true, Score: &score}}
+	p, err := progressPlot(trials)
+	if err != nil || p == nil {
+		t.Fatal(p, err)
+	}
+	if p.X.Min >= 1 || p.X.Max <= 1 {
+		t.Errorf("trial axis %v..%v puts trial 1 on the frame", p.X.Min, p.X.Max)
+	}
+	for _, tk := range p.X.Tick.Marker.Ticks(p.X.Min, p.X.Max) {
+		if tk.Label != "" && tk.Value != math.Trunc(tk.Value) {
+			t.Errorf("trial axis labels %q at %v", tk.Label, tk.Value)
+		}
+	}
+	q, err := paretoPlot([]paretoPoint{{Trial: 1, OutputTokS: 35300, TTFTP99: 0.115, OK: true, Front: true}}, "")
+	if err != nil || q == nil {
+		t.Fatal(q, err)
+	}
+	if q.Y.Min < 0 || q.X.Min < 0 {
+		t.Errorf("axes start below zero: x %v, y %v", q.X.Min, q.Y.Min)
 	}
 }
