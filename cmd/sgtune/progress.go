@@ -70,7 +70,9 @@ func (p *progress) event(ev search.Event) {
 			p.confirmLeft--
 		}
 	case search.EventPhase:
-		p.phase = ev.Phase
+		// A new phase's tok/s comes with its first point; the last
+		// level's next to it read as this level's.
+		p.phase, p.tokS = ev.Phase, 0
 	case search.EventPoint:
 		if ev.TokS > 0 {
 			p.tokS = ev.TokS

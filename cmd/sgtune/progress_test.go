@@ -132,3 +132,16 @@ func TestProgressETACountsConfirmations(t *testing.T) {
 		t.Errorf("status line %q: want one rerun to start and ~18s left (10 s for it, 8 s of this one)", got)
 	}
 }
+
+// TestProgressPhaseDropsLastLevelsTokS: a new phase does not show the
+// previous level's tok/s as its own ("warm-up C64 · 16,709 tok/s", the
+// C16 figure).
+func TestProgressPhaseDropsLastLevelsTokS(t *testing.T) {
+	p := newProgress(io.Discard)
+	p.event(search.Event{Kind: search.EventLaunching, Trial: 0, Phase: "starting"})
+	p.event(search.Event{Kind: search.EventPoint, Trial: 0, TokS: 16709})
+	p.event(search.Event{Kind: search.EventPhase, Trial: 0, Phase: "warm-up C64"})
+	if got := p.statusLine(); strings.Contains(got, "tok/s") {
+		t.Errorf("status line %q carries the last level's tok/s", got)
+	}
+}
