@@ -86,7 +86,7 @@ func saveSVG(p *plot.Plot, w, h vg.Length, path string) error {
 }
 
 // progressPlot shows each measured trial's score and the best so far.
-func progressPlot(trials []Trial) (*plot.Plot, error) {
+func progressPlot(trials []Trial, ylabel string) (*plot.Plot, error) {
 	var ok, miss, best plotter.XYs
 	run := math.Inf(-1)
 	for _, t := range trials {
@@ -107,7 +107,7 @@ func progressPlot(trials []Trial) (*plot.Plot, error) {
 	if len(ok)+len(miss) == 0 {
 		return nil, nil
 	}
-	p := newPlot("Score by trial", "trial", "score")
+	p := newPlot("Score by trial", "trial", ylabel)
 	if len(best) > 0 {
 		l, err := plotter.NewLine(best)
 		if err != nil {
@@ -302,6 +302,14 @@ func legendRoom(p *plot.Plot, entries int) {
 	p.Y.Max += r * (0.12 + 0.10*float64(entries))
 }
 
+// scoreLabel is the score axis's label, with its unit when known.
+func scoreLabel(unit string) string {
+	if unit == "" {
+		return "score"
+	}
+	return "score (" + unit + ")"
+}
+
 // pad widens an axis by frac of its range on both sides (labels need room),
 // never below 0 for data that is not (a TTFT or a throughput below zero
 // read as a measurement).
@@ -334,7 +342,7 @@ var integerTicks = plot.TickerFunc(func(min, max float64) []plot.Tick {
 
 // effectPlot draws the score of every trial by the value of one parameter;
 // failed and infeasible trials sit in a band below the lowest score.
-func effectPlot(name string, trials []Trial) (*plot.Plot, error) {
+func effectPlot(name string, trials []Trial, ylabel string) (*plot.Plot, error) {
 	values := paramValues(name, trials)
 	if len(values) < 2 {
 		return nil, nil
@@ -371,7 +379,7 @@ func effectPlot(name string, trials []Trial) (*plot.Plot, error) {
 	if len(ok)+len(miss)+len(failed) == 0 {
 		return nil, nil
 	}
-	p := newPlot("Score by "+name, name, "score")
+	p := newPlot("Score by "+name, name, ylabel)
 	if err := addScatter(p, ok, colMeets, draw.CircleGlyph{}, "meets SLO"); err != nil {
 		return nil, err
 	}

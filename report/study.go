@@ -77,6 +77,9 @@ type Study struct {
 	// Score describes how trials were scored ("output tok/s at c=64, TTFT
 	// p99 <= 5 s"); empty when the study's score spec is not stored.
 	Score string
+	// ScoreUnit is the unit of a score ("output tok/s"), for the plots'
+	// axes; empty when unknown.
+	ScoreUnit string
 	// ScoreConcurrency is the level the score reads (0: unknown; the plots
 	// then use each trial's highest measured level).
 	ScoreConcurrency int

@@ -507,9 +507,12 @@ func TestQueuedRetryInReport(t *testing.T) {
 func TestPlotsOfOneTrial(t *testing.T) {
 	score := 34021.0
 	trials := []Trial{{Number: 1, State: "complete", ScoreOK: true, Score: &score}}
-	p, err := progressPlot(trials)
+	p, err := progressPlot(trials, scoreLabel("output tok/s"))
 	if err != nil || p == nil {
 		t.Fatal(p, err)
+	}
+	if p.Y.Label.Text != "score (output tok/s)" {
+		t.Errorf("score axis labelled %q", p.Y.Label.Text)
 	}
 	if p.X.Min >= 1 || p.X.Max <= 1 {
 		t.Errorf("trial axis %v..%v puts trial 1 on the frame", p.X.Min, p.X.Max)

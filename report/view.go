@@ -387,7 +387,7 @@ func (v *view) plotSpecs() []plotSpec {
 		{file: plotPareto, alt: "TTFT p99 against output tok/s with the Pareto front", group: "main", w: 5.2 * vg.Inch, h: 3.1 * vg.Inch,
 			draw: func() (*plot.Plot, error) { return paretoPlot(v.pareto, v.paretoLevel) }},
 		{file: plotProgress, alt: "Score by trial and best so far", group: "more", w: 5.2 * vg.Inch, h: 3.1 * vg.Inch,
-			draw: func() (*plot.Plot, error) { return progressPlot(st.Trials) }},
+			draw: func() (*plot.Plot, error) { return progressPlot(st.Trials, scoreLabel(st.ScoreUnit)) }},
 		{file: plotTTFT, alt: "TTFT p99 by concurrency for the top trials", group: "more", w: 5.2 * vg.Inch, h: 3.1 * vg.Inch,
 			draw: func() (*plot.Plot, error) {
 				return levelPlot(v.Ranked, "TTFT p99 by concurrency (top trials)", "TTFT p99 (s)", func(l Level) float64 { return l.TTFTP99 })
@@ -396,7 +396,7 @@ func (v *view) plotSpecs() []plotSpec {
 	for _, n := range v.ParamNames {
 		n := n
 		specs = append(specs, plotSpec{file: "effect-" + fileSafe(n) + ".svg", alt: "Score by " + n, group: "effect",
-			w: 4.2 * vg.Inch, h: 2.8 * vg.Inch, draw: func() (*plot.Plot, error) { return effectPlot(n, st.Trials) }})
+			w: 4.2 * vg.Inch, h: 2.8 * vg.Inch, draw: func() (*plot.Plot, error) { return effectPlot(n, st.Trials, scoreLabel(st.ScoreUnit)) }})
 	}
 	return specs
 }

@@ -69,7 +69,7 @@ func (d *studyData) reportStudy(storagePath string) (report.Study, error) {
 	}
 	st.Confirmations, st.Verdict = d.confirmations()
 	if s, ok := d.scoreSpec(); ok {
-		st.Score = specText(s)
+		st.Score, st.ScoreUnit = specText(s), scoreUnit(s)
 		st.ScoreContext = s.Context
 	}
 	points, err := d.store.StudyPoints(d.id)

@@ -150,6 +150,19 @@ func specText(s objective.ScoreSpec) string {
 	return metric
 }
 
+// scoreUnit is the unit of the stored score spec's metric.
+func scoreUnit(s objective.ScoreSpec) string {
+	switch s.Metric {
+	case "", objective.MetricOutputTokS:
+		return "output tok/s"
+	case objective.MetricGoodput:
+		return "goodput tok/s"
+	case objective.MetricCapacity:
+		return "concurrent requests"
+	}
+	return ""
+}
+
 // sloList renders SLOs as "ttft p99 < 1s, latency p50 < 10s".
 func sloList(slos []objective.SLO) string {
 	parts := make([]string, len(slos))
