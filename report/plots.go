@@ -17,9 +17,10 @@ import (
 
 // Colours beyond the line palette: verdicts in the scatter plots.
 var (
-	colMeets  = palette[0]                               // blue: complete, meets the SLO
-	colMisses = palette[1]                               // vermillion: complete, misses the SLO
-	colFailed = color.RGBA{R: 200, G: 30, B: 30, A: 255} // red: failed or infeasible
+	colMeets  = palette[0]                                 // blue: complete, meets the SLO
+	colMisses = palette[1]                                 // vermillion: complete, misses the SLO
+	colFailed = color.RGBA{R: 200, G: 30, B: 30, A: 255}   // red: failed or infeasible
+	colPruned = color.RGBA{R: 120, G: 120, B: 120, A: 255} // grey: stopped early by the pruning rule
 	colFront  = color.RGBA{R: 30, G: 30, B: 30, A: 255}
 	colGrid   = color.RGBA{R: 225, G: 225, B: 225, A: 255}
 )
@@ -341,7 +342,8 @@ var integerTicks = plot.TickerFunc(func(min, max float64) []plot.Tick {
 })
 
 // effectPlot draws the score of every trial by the value of one parameter;
-// failed and infeasible trials sit in a band below the lowest score.
+// failed and infeasible trials (red crosses) and pruned ones (grey
+// triangles) sit in a band below the lowest score.
 func effectPlot(name string, trials []Trial, ylabel string) (*plot.Plot, error) {
 	values := paramValues(name, trials)
 	if len(values) < 2 {
@@ -363,8 +365,11 @@ func effectPlot(name string, trials []Trial, ylabel string) (*plot.Plot, error) 
 	if !math.IsInf(lo, 1) {
 		failY = lo - 0.15*math.Max(hi-lo, math.Abs(lo)*0.1)
 	}
-	var ok, miss, failed plotter.XYs
+	var ok, miss, failed, pruned plotter.XYs
 	for _, t := range trials {
+		if len(t.Params) == 0 {
+			continue
+		}
 		v := paramText(t.Params, name)
 		x := float64(pos[v]) + jitter(t.Number)
 		switch {
@@ -374,9 +379,13 @@ func effectPlot(name string, trials []Trial, ylabel string) (*plot.Plot, error) 
 			miss = append(miss, plotter.XY{X: x, Y: *t.Score})
 		case t.State == "failed" || t.State == "infeasible":
 			failed = append(failed, plotter.XY{X: x, Y: failY})
+		case t.State == "pruned":
+			// Stopped below the best at a cheap level: in the band too,
+			// as evidence against its values, apart from the failures.
+			pruned = append(pruned, plotter.XY{X: x, Y: failY})
 		}
 	}
-	if len(ok)+len(miss)+len(failed) == 0 {
+	if len(ok)+len(miss)+len(failed)+len(pruned) == 0 {
 		return nil, nil
 	}
 	p := newPlot("Score by "+name, name, ylabel)
@@ -387,6 +396,9 @@ func effectPlot(name string, trials []Trial, ylabel string) (*plot.Plot, error) 
 		return nil, err
 	}
 	if err := addScatter(p, failed, colFailed, draw.CrossGlyph{}, "failed / infeasible"); err != nil {
+		return nil, err
+	}
+	if err := addScatter(p, pruned, colPruned, draw.TriangleGlyph{}, "pruned"); err != nil {
 		return nil, err
 	}
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)

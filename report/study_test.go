@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"gonum.org/v1/plot/vg"
+
 	"github.com/sgtune/sgtune/objective"
 )
 
@@ -528,5 +530,27 @@ func TestPlotsOfOneTrial(t *testing.T) {
 	}
 	if q.Y.Min < 0 || q.X.Min < 0 {
 		t.Errorf("axes start below zero: x %v, y %v", q.X.Min, q.Y.Min)
+	}
+}
+
+// A pruned trial shows in the effect plots, in the band below the lowest
+// score (they left its values out, and a value only pruned trials had was
+// an empty tick).
+func TestEffectPlotShowsPruned(t *testing.T) {
+	score := 100.0
+	trials := []Trial{
+		{Number: 0, State: "complete", ScoreOK: true, Score: &score, Params: map[string]interface{}{"speculative": "EAGLE"}},
+		{Number: 1, State: "pruned", Params: map[string]interface{}{"speculative": "none"}},
+	}
+	p, err := effectPlot("speculative", trials, "score")
+	if err != nil || p == nil {
+		t.Fatal(p, err)
+	}
+	svg := filepath.Join(t.TempDir(), "effect.svg")
+	if err := saveSVG(p, 4*vg.Inch, 3*vg.Inch, svg); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(svg); err != nil || !strings.Contains(string(b), ">pruned<") {
+		t.Errorf("the effect plot has no pruned trial (%v)", err)
 	}
 }
