@@ -404,7 +404,7 @@ func effectPlot(name string, trials []Trial, ylabel string) (*plot.Plot, error) 
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	p.X.Min, p.X.Max = -0.5, float64(len(values))-0.5
 	pad(&p.Y, 0.08)
-	legendRoom(p, 2)
+	legendRoom(p, 3) // meets, misses or failed, pruned
 	p.Legend.Top = true
 	return p, nil
 }
