@@ -21,15 +21,19 @@ func seedRecord(t *testing.T) *seed.File {
 
 // TestShortCalibration is the short version of `make calibrate` run by
 // `make test`: one seed configuration at C1 and C16 with few requests at a
-// high speed-up, measured by objective.Run, against the seed's warm
+// speed-up of 10, measured by objective.Run, against the seed's warm
 // repeats. One retry absorbs a burst of CPU contention on a shared host.
+// At a speed-up of 25 C16's TTFT p50 is 13 ms of real time, and a few ms of
+// contention from the packages tested beside it moved it 40-60% (2 of 5
+// `make test` runs on 2 cores); under three busy loops, 25 passed 1 of 3
+// runs and 10 passed 4 of 4.
 func TestShortCalibration(t *testing.T) {
 	s := seedRecord(t)
 	r := s.Run("quad-ep4")
 	var rows []Row
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
-		cal := &Calibrator{Speed: 25, Out: io.Discard, Levels: []int{1, 16}, Requests: map[int]int{1: 4, 16: 16}}
+		cal := &Calibrator{Speed: 10, Out: io.Discard, Levels: []int{1, 16}, Requests: map[int]int{1: 4, 16: 16}}
 		rows, err = cal.Chat(t.Context(), r, true)
 		if err == nil && len(rows) == 2 && rows[0].OK() && rows[1].OK() {
 			break
