@@ -218,14 +218,11 @@ func (r *runner) confirm(ctx context.Context, groups [][]int) error {
 	// The top configs are known once no search trial runs: a process whose
 	// workers found nothing to do (another holds the GPU group) leaves the
 	// confirmation to the processes still measuring.
-	if busy, err := r.unfinished(func(rec Record) bool { return rec.ConfirmOf == nil }); err != nil || busy > 0 {
+	busy, recs, err := r.unfinished(func(rec Record) bool { return rec.ConfirmOf == nil })
+	if err != nil || busy > 0 {
 		if err == nil {
 			r.note("%d search trial(s) still run or wait in other processes; the last of them to finish confirms the top configs and declares the winner", busy)
 		}
-		return err
-	}
-	recs, err := Records(r.store, r.st.Name)
-	if err != nil {
 		return err
 	}
 	top := topConfigs(r.st, recs, k)
@@ -264,7 +261,7 @@ func (r *runner) confirm(ctx context.Context, groups [][]int) error {
 	}
 	// Another process may still run a confirmation (or wait for a GPU
 	// group to run one): the last to finish declares, on every run.
-	if busy, err := r.unfinished(func(Record) bool { return true }); err != nil || busy > 0 {
+	if busy, _, err := r.unfinished(func(Record) bool { return true }); err != nil || busy > 0 {
 		if err == nil {
 			r.note("%d confirmation run(s) still run or wait in other processes; the last of them to finish declares the winner", busy)
 		}
@@ -274,22 +271,21 @@ func (r *runner) confirm(ctx context.Context, groups [][]int) error {
 }
 
 // unfinished counts the trials matching of that still run or wait to run,
-// after taking over those whose process died.
-func (r *runner) unfinished(of func(Record) bool) (int, error) {
+// after taking over those whose process died; recs are the study's
+// trials as it read them.
+func (r *runner) unfinished(of func(Record) bool) (n int, recs []Record, err error) {
 	if err := r.reap(); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	recs, err := Records(r.store, r.st.Name)
-	if err != nil {
-		return 0, err
+	if recs, err = Records(r.store, r.st.Name); err != nil {
+		return 0, nil, err
 	}
-	n := 0
 	for _, rec := range recs {
 		if (rec.State == StateRunning || rec.State == StateWaiting) && of(rec) {
 			n++
 		}
 	}
-	return n, nil
+	return n, recs, nil
 }
 
 // queueConfirmations queues, interleaved, the confirmation runs the top
