@@ -98,11 +98,16 @@ func (p *progress) event(ev search.Event) {
 
 // line prints one plain line above the live status line.
 func (p *progress) line(s string) {
+	p.clear()
+	fmt.Fprintln(p.w, s)
+}
+
+// clear erases the live status line, if one is drawn.
+func (p *progress) clear() {
 	if p.live && p.status != "" {
 		fmt.Fprint(p.w, "\r\033[K")
 		p.status = ""
 	}
-	fmt.Fprintln(p.w, s)
 }
 
 // draw redraws the live status line.
@@ -176,10 +181,7 @@ func (p *progress) eta() time.Duration {
 func (p *progress) aside(w io.Writer, s string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.live && p.status != "" {
-		fmt.Fprint(p.w, "\r\033[K")
-		p.status = ""
-	}
+	p.clear()
 	fmt.Fprintln(w, s)
 	p.draw()
 }
@@ -214,8 +216,6 @@ func (p *progress) tick(done <-chan struct{}) {
 func (p *progress) stop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.live && p.status != "" {
-		fmt.Fprint(p.w, "\r\033[K")
-	}
+	p.clear()
 	p.stopped = true
 }
