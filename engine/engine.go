@@ -9,6 +9,7 @@ package engine
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -26,9 +27,13 @@ type Engine struct {
 	// tuned through another command (a simulator, a wrapper) run it.
 	Command []string
 	// Image is the container image docker exports use, with its tag
-	// (lmsysorg/sglang:latest); a study's pinned version naming an image
-	// replaces it.
+	// (lmsysorg/sglang:latest), when the study pins no version (see
+	// ImageFor).
 	Image string
+	// ReleaseImage is the image of a release, %s standing for its version
+	// without the leading v (lmsysorg/sglang:v%s); "" when the engine's
+	// images are not tagged by the version a study writes.
+	ReleaseImage string
 	// ImageCommand starts the server inside Image, before its flags; nil
 	// when the image's entrypoint is the server itself.
 	ImageCommand []string
@@ -137,3 +142,22 @@ func (e *Engine) Cleared(name string) bool {
 
 // All returns every known engine.
 func All() []*Engine { return slices.Clone(registry) }
+
+// releaseVersion is a release version as engines tag their images: v0.5.21,
+// 0.11.1, v0.5.5.post1, v0.5.0rc0.
+var releaseVersion = regexp.MustCompile(`^v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?)$`)
+
+// ImageFor is the image a docker export runs for a study pinned to
+// version: the version itself when it names an image (a repository or a
+// digest), the engine's release image when it is a release version, else
+// Image. The flags were checked against that version's schema, so the
+// export must not run another.
+func (e *Engine) ImageFor(version string) string {
+	if strings.Contains(version, "/") || strings.Contains(version, "@sha256:") {
+		return version
+	}
+	if m := releaseVersion.FindStringSubmatch(version); m != nil && e.ReleaseImage != "" {
+		return fmt.Sprintf(e.ReleaseImage, m[1])
+	}
+	return e.Image
+}

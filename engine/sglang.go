@@ -19,6 +19,7 @@ var SGLang = &Engine{
 	DefaultVersion: "v0.5.21",
 	Command:        []string{"python3", "-m", "sglang.launch_server"},
 	Image:          "lmsysorg/sglang:latest",
+	ReleaseImage:   "lmsysorg/sglang:v%s",
 	ImageCommand:   []string{"python3", "-m", "sglang.launch_server"},
 	UsesGPUs:       true,
 	ModelFlag:      "--model-path",

@@ -21,6 +21,7 @@ var VLLM = &Engine{
 	// a positional model_tag takes precedence over --model.
 	Command:          []string{"vllm", "serve"},
 	Image:            "vllm/vllm-openai:latest",
+	ReleaseImage:     "vllm/vllm-openai:v%s",
 	ImageCommand:     []string{"vllm", "serve"},
 	UsesGPUs:         true,
 	ModelFlag:        "--model",

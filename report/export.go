@@ -246,12 +246,9 @@ func bash(w io.Writer, l Launch, model string) error {
 func docker(w io.Writer, l Launch, model string) error {
 	header(w, l)
 	fmt.Fprintln(w, "# Extra arguments (e.g. --port 30000) are passed through to the engine.")
-	fmt.Fprintln(w, "# IMAGE defaults to the study's pinned engine version when it names an image.")
+	fmt.Fprintln(w, "# IMAGE defaults to the image of the engine version the study pinned.")
 	fmt.Fprintln(w, "set -euo pipefail")
-	image := l.Engine.Image
-	if strings.Contains(l.Version, "/") || strings.Contains(l.Version, "@sha256:") {
-		image = l.Version
-	}
+	image := l.Engine.ImageFor(l.Version)
 	fmt.Fprintf(w, "IMAGE=${IMAGE:-%s}\n", shell.Quote(image))
 	apiKey(w, l)
 	run := "exec docker run --rm"

@@ -53,7 +53,7 @@ func TestExportVLLM(t *testing.T) {
 	if err := Write(&b, "docker", l); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "IMAGE=${IMAGE:-vllm/vllm-openai:latest}") || !strings.Contains(b.String(), `"$IMAGE" serve org/m`) {
+	if !strings.Contains(b.String(), "IMAGE=${IMAGE:-vllm/vllm-openai:v0.11.1}") || !strings.Contains(b.String(), `"$IMAGE" serve org/m`) {
 		t.Errorf("docker from a simulated study:\n%s", b.String())
 	}
 	b.Reset()
