@@ -3,6 +3,7 @@
 package report
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -167,9 +168,25 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
+// scriptMark opens every script export writes; IsExport looks for it.
+const scriptMark = "#!/usr/bin/env bash\n# Launch script written by sgtune export.\n"
+
+// IsExport reports whether b is a file an earlier export wrote (a script
+// or its JSON): one that a new export may replace.
+func IsExport(b []byte) bool {
+	if bytes.HasPrefix(b, []byte(scriptMark)) {
+		return true
+	}
+	var j struct {
+		Engine, Study string
+		Trial         *int
+		Flags         []string
+	}
+	return json.Unmarshal(b, &j) == nil && j.Engine != "" && j.Study != "" && j.Trial != nil && j.Flags != nil
+}
+
 func header(w io.Writer, l Launch) {
-	fmt.Fprintln(w, "#!/usr/bin/env bash")
-	fmt.Fprintln(w, "# Launch script written by sgtune export.")
+	fmt.Fprint(w, scriptMark)
 	row := func(k, v string) { fmt.Fprintf(w, "#   %-15s %s\n", k+":", oneLine(v)) }
 	row("study", l.Study)
 	row("trial", fmt.Sprint(l.Trial))

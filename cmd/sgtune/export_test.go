@@ -278,3 +278,53 @@ func TestExportNoDirectory(t *testing.T) {
 		t.Errorf("exit %d, want 2 with %q and no temporary name:\n%s", code, want, text)
 	}
 }
+
+// -o replaces an earlier export (script or JSON) and nothing else: an
+// export onto the storage or onto a file of the user's own exits 2 and
+// leaves it as it was.
+func TestExportOverwrite(t *testing.T) {
+	dir := t.TempDir()
+	db := seedStudy(t, dir, rankingTrials, nil)
+	own := filepath.Join(dir, "notes.sh")
+	if err := os.WriteFile(own, []byte("#!/bin/sh\necho mine\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{db, own} {
+		before, err := os.ReadFile(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, text := cli(t, nil, nil, "export", "--storage", db, "-o", target)
+		after, err := os.ReadFile(target)
+		if code != exitUsage || !strings.Contains(text, "is not an earlier sgtune export; nothing written") || err != nil || string(after) != string(before) {
+			t.Errorf("export -o %s: exit %d (want 2), file kept: %v\n%s", filepath.Base(target), code, string(after) == string(before), text)
+		}
+	}
+	if code, text := cli(t, nil, nil, "status", "--storage", db); code != 0 {
+		t.Errorf("status after the refused exports: exit %d\n%s", code, text)
+	}
+	for _, format := range []string{"bash", "docker", "json"} {
+		out := filepath.Join(dir, "best."+format)
+		for range 2 {
+			if code, text := cli(t, nil, nil, "export", "--storage", db, "--format", format, "-o", out); code != 0 {
+				t.Errorf("export --format %s twice to one file: exit %d\n%s", format, code, text)
+			}
+		}
+	}
+}
+
+// The commands that read a study refuse an empty file and leave it empty
+// (opening migrates: it became an empty study database).
+func TestReadEmptyStorage(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "empty.db")
+	if err := os.WriteFile(db, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"status"}, {"best"}, {"export"}, {"report", "-o", t.TempDir()}, {"rescore", "--concurrency", "16"}} {
+		code, text := cli(t, nil, nil, append(args, "--storage", db)...)
+		fi, err := os.Stat(db)
+		if code != exitUsage || !strings.Contains(text, "is an empty file, not a study database") || err != nil || fi.Size() != 0 {
+			t.Errorf("%s on an empty file: exit %d (want 2), size %d\n%s", args[0], code, fi.Size(), text)
+		}
+	}
+}

@@ -256,8 +256,13 @@ func openExisting(path string) (*storage.Store, error) {
 	if err != nil {
 		return nil, badInput(fmt.Errorf("--storage: %w", err))
 	}
-	if _, err := os.Stat(file); err != nil {
+	fi, err := os.Stat(file)
+	if err != nil {
 		return nil, badInput(fmt.Errorf("no storage at %s (run `sgtune run STUDY_FILE` first, or pass --storage): %w", path, err))
+	}
+	// Opening migrates: an empty file would become an empty study database.
+	if fi.Mode().IsRegular() && fi.Size() == 0 {
+		return nil, badInput(fmt.Errorf("storage %s is an empty file, not a study database (`sgtune run STUDY_FILE --storage %s` creates one)", path, path))
 	}
 	return storage.Open(path)
 }

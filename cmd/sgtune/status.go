@@ -270,10 +270,20 @@ func notDeployable(rec search.Record) string {
 }
 
 // writeExecutable writes b to path through a temporary file and a rename:
-// an existing script is replaced whole or not at all.
+// an existing script is replaced whole or not at all. Only a file an
+// earlier export wrote is replaced: -o sgtune.db would have put a script
+// where every trial was.
 func writeExecutable(path string, b []byte) error {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return badInput(fmt.Errorf("-o %s is a directory: give the script's file name, e.g. %s", path, filepath.Join(path, "best-launch.sh")))
+	} else if err == nil {
+		old, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("-o %s: %w", path, err)
+		}
+		if !report.IsExport(old) {
+			return badInput(fmt.Errorf("-o %s exists and is not an earlier sgtune export; nothing written: give a new file name, or remove the file first", path))
+		}
 	}
 	dir := filepath.Dir(path)
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
