@@ -243,7 +243,7 @@ in the header.`,
 	f := cmd.Flags()
 	f.IntVar(&trial, "trial", 0, "trial number to export (default: the best)")
 	f.StringVar(&format, "format", "bash", "bash | docker | json")
-	f.StringVarP(&out, "output", "o", "", "write to FILE instead of standard output")
+	f.StringVarP(&out, "output", "o", "", "write to FILE instead of standard output (an existing FILE is replaced only when an earlier export wrote it)")
 	f.StringVar(&command, "command", "", "engine command for the script (default: the study's engine.launch_command, else engine.command)")
 	f.StringVar(&schemaFile, "flags-schema", "", "check the flags against this flag schema file (default: the bundled schema of the study's engine version)")
 	f.StringVar(&apiKeyEnv, "api-key-env", report.DefaultAPIKeyEnv, "environment variable the script reads the server's API key from at run time")
