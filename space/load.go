@@ -429,8 +429,13 @@ func (d *dec) checkFlagTokens(st *Study, n *yaml.Node, path string, words []stri
 	}
 	model, _ := st.Schema.Lookup(st.Engine.Kind.ModelFlag)
 	served, _ := st.Schema.Lookup(st.Engine.Kind.ServedNameFlag)
+	apiKey, _ := st.Schema.Lookup(st.Engine.Kind.APIKeyFlag)
 	for _, a := range args {
 		switch {
+		case apiKey != nil && a.Spec == apiKey:
+			// A key written here reached every trial's log, status --json
+			// and no request: the load generator sends the launch's key.
+			d.fail(n, path, "%s sets the server's API key; valid: launch.api_key_env or launch.api_key_file, which the load generator sends too and no log or export records", a.Name)
 		case a.Spec.Owner == "launcher":
 			d.fail(n, path, "%s is set by the launcher; valid: leave it out", a.Name)
 		case a.Spec == model:

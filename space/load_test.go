@@ -83,6 +83,8 @@ func TestLoadErrorTable(t *testing.T) {
 		{"when syntax", base + "params:\n  - {name: s, type: bool, when: 'a =='}\n", "params[s].when: unexpected"},
 		{"constraint predicted", base + "constraints: ['predicted.kv > 1']\n", "unknown name predicted.kv (did you mean predicted.kv_tokens?)"},
 		{"fixed launcher flag", base + "fixed: {--port: 8000}\n", "--port is set by the launcher"},
+		{"fixed api key", base + "fixed: {--api-key: sekrit}\n", "t.yaml:6:8: fixed: --api-key sets the server's API key; valid: launch.api_key_env or launch.api_key_file"},
+		{"param api key", base + "params:\n  - {name: k, type: categorical, choices: [a, b], flag: --api-key}\n", "--api-key sets the server's API key"},
 		{"fixed model path", base + "fixed: '--model-path x'\n", "--model-path comes from model.path"},
 		{"fixed switch value", base + "fixed: {--enable-metrics: 1}\n", "fixed.--enable-metrics: --enable-metrics is a switch; valid: true or false"},
 		{"fixed and param", base + "fixed: {--ep-size: 4}\nparams:\n  - {name: ep, type: categorical, choices: [1], flag: --ep-size}\n", "--ep-size is also a fixed flag"},
