@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sgtune/sgtune/engine"
 )
 
 // The expression language of `when:`, `constraints:` and derived `value:`.
@@ -286,9 +289,9 @@ func (p *parser) prod() (node, error) {
 
 func (p *parser) unary() (node, error) {
 	if p.isOp("-") {
-		p.next()
+		minus := p.next()
 		x, err := p.unary()
-		return binNode{"-", litNode{int64(0)}, x}, err
+		return binNode{"-", litNode{int64(0), minus.pos}, x}, err
 	}
 	return p.primary()
 }
@@ -299,23 +302,23 @@ func (p *parser) primary() (node, error) {
 	case tNum:
 		txt := strings.ReplaceAll(t.text, "_", "")
 		if n, err := strconv.ParseInt(txt, 10, 64); err == nil {
-			return litNode{n}, nil
+			return litNode{n, t.pos}, nil
 		}
 		f, err := strconv.ParseFloat(txt, 64)
 		if err != nil {
 			return nil, fmt.Errorf("bad number %q at offset %d", t.text, t.pos)
 		}
-		return litNode{f}, nil
+		return litNode{f, t.pos}, nil
 	case tStr:
-		return litNode{t.text}, nil
+		return litNode{t.text, t.pos}, nil
 	case tName:
 		switch t.text {
 		case "true":
-			return litNode{true}, nil
+			return litNode{true, t.pos}, nil
 		case "false":
-			return litNode{false}, nil
+			return litNode{false, t.pos}, nil
 		case "null":
-			return litNode{nil}, nil
+			return litNode{nil, t.pos}, nil
 		case "and", "or", "not", "in":
 			return nil, fmt.Errorf("unexpected %q at offset %d", t.text, t.pos)
 		}
@@ -366,7 +369,12 @@ type node interface {
 	eval(env map[string]any) (any, error)
 }
 
-type litNode struct{ v any }
+// litNode is a literal; pos is its offset in the source (of the "-" for
+// the 0 that a unary minus subtracts from), for static checks' messages.
+type litNode struct {
+	v   any
+	pos int
+}
 type nameNode string
 type notNode struct{ x node }
 type logicNode struct {
@@ -646,4 +654,208 @@ func describe(v any) string {
 		return strconv.FormatFloat(x, 'g', -1, 64)
 	}
 	return fmt.Sprint(v)
+}
+
+// domain is what a static check knows of the values a name takes.
+type domain struct {
+	name string
+	// values are every value the name takes, as expressions see them; nil
+	// for a numeric range (int and float params), whose kind alone is known.
+	values []any
+	// what says what the values are, for messages: "speculative's choices
+	// are strings", "spec_steps is an int param".
+	what string
+	// rangeText describes a numeric range for messages: "1..5 step 2".
+	rangeText string
+}
+
+// exprProblem is a comparison that a static check finds pointless or
+// broken for every value, at an offset in the expression's source.
+type exprProblem struct {
+	pos int
+	msg string
+}
+
+// checkComparisons finds the comparisons of a name with a constant that
+// cannot do what they say for any value the name takes: a constant the name
+// never equals (a typo of a choice, a string for a bool), or an ordering of
+// values that cannot be ordered against it. dom gives a name's domain; nil
+// skips the name (predictions, a param whose own definition is broken).
+// A number outside an int or float param's range is fine: mem_fraction <
+// 0.95 says something whatever the range.
+func (e *Expr) checkComparisons(dom func(name string) *domain) []exprProblem {
+	var out []exprProblem
+	check := func(x, c node, op string, nameLeft bool) {
+		name, ok := x.(nameNode)
+		if !ok {
+			return
+		}
+		v, pos, ok := constant(c)
+		if !ok {
+			return
+		}
+		d := dom(string(name))
+		if d == nil {
+			return
+		}
+		text := string(name) + " " + op + " " + literal(v)
+		if !nameLeft {
+			text = literal(v) + " " + op + " " + string(name)
+		}
+		if msg := d.compare(op, v, text); msg != "" {
+			out = append(out, exprProblem{pos, msg})
+		}
+	}
+	walk(e.root, func(n node) {
+		switch v := n.(type) {
+		case binNode:
+			switch v.op {
+			case "==", "!=", "<", "<=", ">", ">=":
+				check(v.l, v.r, v.op, true)
+				check(v.r, v.l, v.op, false)
+			}
+		case inNode:
+			for _, it := range v.items {
+				check(v.x, it, "in", true)
+			}
+		}
+	})
+	return out
+}
+
+// constant evaluates a part of an expression that reads no names; pos is
+// where it starts in the source.
+func constant(n node) (v any, pos int, ok bool) {
+	pos, ok = -1, true
+	walk(n, func(x node) {
+		switch y := x.(type) {
+		case nameNode:
+			ok = false
+		case litNode:
+			if pos < 0 || y.pos < pos {
+				pos = y.pos
+			}
+		}
+	})
+	if !ok || pos < 0 {
+		return nil, 0, false
+	}
+	v, err := n.eval(nil)
+	return v, pos, err == nil
+}
+
+// compare says what is wrong with comparing the domain's name with the
+// constant c by op ("in" for an item of an in list); "" when nothing is.
+// text is the comparison, for the message.
+func (d *domain) compare(op string, c any, text string) string {
+	ck := kindOf(c)
+	kinds := map[string]bool{}
+	if d.values == nil {
+		kinds["number"] = true
+	}
+	for _, v := range d.values {
+		kinds[kindOf(v)] = true
+	}
+	var outcome string
+	switch op {
+	case "==":
+		outcome = text + " is always false"
+	case "!=":
+		outcome = text + " is always true"
+	case "in":
+		outcome = "that item of " + d.name + " in [...] never matches"
+	default:
+		// Numbers order against numbers and strings against strings;
+		// anything else fails to evaluate (and rejects the config).
+		for k := range kinds {
+			if k == ck && (k == "number" || k == "string") {
+				return ""
+			}
+		}
+		if len(kinds) == 1 && kinds["bool"] {
+			return fmt.Sprintf("%s, which cannot be ordered: %s cannot be evaluated; valid: %s, not %s, or %s == true",
+				d.what, text, d.name, d.name, d.name)
+		}
+		valid := "a number"
+		if !kinds["number"] {
+			valid = fmt.Sprintf("%s == or != one of %s", d.name, d.list())
+		} else if d.values == nil {
+			valid += " (" + d.name + " is " + d.rangeText + ")"
+		}
+		return fmt.Sprintf("%s and %s is %s: %s cannot be evaluated for any of them; valid: %s",
+			d.what, literal(c), kindNoun(ck), text, valid)
+	}
+	if !kinds[ck] {
+		valid := d.list()
+		if d.values == nil {
+			valid = "a number (" + d.name + " is " + d.rangeText + ")"
+		}
+		return fmt.Sprintf("%s and %s is %s: %s; valid: %s", d.what, literal(c), kindNoun(ck), outcome, valid)
+	}
+	if d.values == nil || slices.ContainsFunc(d.values, func(v any) bool { return equal(v, c) }) {
+		return ""
+	}
+	hint := ""
+	if s, ok := c.(string); ok {
+		var strs []string
+		for _, v := range d.values {
+			if t, ok := v.(string); ok {
+				if strings.EqualFold(s, t) {
+					strs = []string{t}
+					break
+				}
+				strs = append(strs, t)
+			}
+		}
+		hint = " (did you mean " + literal(engine.Nearest(s, strs)) + "?)"
+	}
+	return fmt.Sprintf("%s never takes %s%s: %s; valid: %s", d.name, literal(c), hint, outcome, d.list())
+}
+
+// list is the domain's values as an expression would write them.
+func (d *domain) list() string {
+	parts := make([]string, len(d.values))
+	for i, v := range d.values {
+		parts[i] = literal(v)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// kindOf names the kind of an expression value.
+func kindOf(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "string"
+	case bool:
+		return "bool"
+	}
+	if _, ok := Number(v); ok {
+		return "number"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func kindNoun(kind string) string {
+	switch kind {
+	case "null":
+		return "no value"
+	case "bool":
+		return "a boolean"
+	}
+	return "a " + kind
+}
+
+// literal writes a value as an expression literal: 'EAGLE', 4, true.
+func literal(v any) string {
+	if s, ok := v.(string); ok {
+		// Quoted as Go would when it needs escapes: a message stays on
+		// one line.
+		if q := strconv.Quote(s); q[1:len(q)-1] == s && !strings.Contains(s, "'") {
+			return "'" + s + "'"
+		}
+		return strconv.Quote(s)
+	}
+	return describe(v)
 }

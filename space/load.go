@@ -62,7 +62,7 @@ func Load(path string) (*Study, error) {
 // Parse validates a study document; path is used in messages and to resolve
 // relative paths in it.
 func Parse(path string, data []byte) (*Study, error) {
-	d := &dec{file: path}
+	d := &dec{file: path, lines: strings.Split(string(data), "\n")}
 	var doc yaml.Node
 	if err := unmarshal(data, &doc); err != nil {
 		d.syntaxError(err)
@@ -587,6 +587,7 @@ func (d *dec) params(st *Study, top *mapNode) {
 			m.failKey("type", "%q; valid: int, float, categorical or bool", p.Type)
 			continue
 		}
+		p.unchecked = len(d.errs) != nerr
 		d.paramMapping(st, &p, m, len(d.errs) == nerr)
 		if m.str("when", &p.When) {
 			e, err := d.compile(st, m.at("when"), m.path+".when", p.When, names, false)
@@ -858,6 +859,16 @@ func (d *dec) compile(st *Study, n *yaml.Node, path, src string, params map[stri
 			d.fail(n, path, "unknown name %s in %q (did you mean %s?); valid: %s", name, src, near, shown)
 			return nil, errors.New("bad name")
 		}
+	}
+	// A comparison that no value of its param can pass (a typo of a
+	// choice) would silently shrink the space: it is an error here.
+	probs := e.checkComparisons(st.domainOf)
+	for _, p := range probs {
+		line, col := d.exprPos(n, src, p.pos)
+		d.failAt(line, col, path, "%s", p.msg)
+	}
+	if len(probs) > 0 {
+		return nil, errors.New("bad comparison")
 	}
 	return e, nil
 }

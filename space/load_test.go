@@ -52,6 +52,35 @@ engine:
 model: {path: org/model}
 `
 
+// compareParams are params of every kind for the comparison checks.
+const compareParams = `params:
+  - {name: ep, type: categorical, choices: [1, 4], flag: --ep-size}
+  - {name: radix, type: bool, values: {false: --disable-radix-cache}}
+  - {name: mf, type: categorical, choices: [0.78, 0.85]}
+  - {name: mf2, type: float, low: 0.7, high: 0.9, step: 0.05}
+  - {name: slots, type: categorical, choices: [auto, 256, 384], flag: --max-mamba-cache-size, values: {auto: ""}}
+  - {name: speculative, type: categorical, choices: [none, EAGLE], values: {none: "", EAGLE: --speculative-algorithm EAGLE --speculative-eagle-topk 1}}
+`
+
+// Comparisons that some value of their param passes load, whatever the
+// kinds and ranges.
+func TestLoadComparisonsThatCanHold(t *testing.T) {
+	for _, c := range []string{
+		"ep == 4", "ep == 4.0", "4 == ep", "ep in [1, 4]", "ep not in [4]", "ep > 2", "-1 < ep", "ep == 1 or ep == gpus_per_trial",
+		"radix == true", "radix != false", "not radix",
+		"mf < 0.8", "mf2 <= 0.95", "mf2 == 2", // a number beyond a range says something still
+		"slots == 'auto' or slots > 128", "slots in ['auto', 256]",
+		"speculative == 'EAGLE'", "speculative < 'F'", "speculative != 'none'",
+		"predicted.max_running_requests >= 100",
+	} {
+		t.Run(c, func(t *testing.T) {
+			if _, err := Parse("t.yaml", []byte(base+compareParams+"constraints: [\""+c+"\"]\n")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
 func TestLoadErrorTable(t *testing.T) {
 	tests := []struct {
 		name, doc, want string
@@ -118,6 +147,36 @@ func TestLoadErrorTable(t *testing.T) {
 		{"derived value", base + "params:\n  - {name: s, type: int, low: 1, high: 2}\nderived:\n  - {flag: --speculative-num-draft-tokens, value: s +}\n",
 			"derived[--speculative-num-draft-tokens].value: unexpected"},
 		{"big int", base + "gpus: {per_trial: 99999999999}\n", "gpus.per_trial: 99999999999 is out of range"},
+		// A comparison no value of its param passes is an error where the
+		// constant is, not a space silently shrunk to the other branch.
+		{"when choice typo", base + compareParams + "  - {name: steps, type: int, low: 1, high: 5, step: 2, flag: --speculative-num-steps, when: speculative == 'EAGEL'}\n",
+			"t.yaml:13:108: params[steps].when: speculative never takes 'EAGEL' (did you mean 'EAGLE'?): speculative == 'EAGEL' is always false; valid: 'none', 'EAGLE'"},
+		{"when bool with a string", base + compareParams + "  - {name: steps, type: int, low: 1, high: 5, flag: --speculative-num-steps, when: \"radix == 'true'\"}\n",
+			"t.yaml:13:94: params[steps].when: radix is a bool param and 'true' is a string: radix == 'true' is always false; valid: true, false"},
+		{"constraint choice typo", base + compareParams + "constraints:\n  - speculative == 'EAGEL' or ep == 4\n",
+			"t.yaml:14:20: constraints[0]: speculative never takes 'EAGEL' (did you mean 'EAGLE'?): speculative == 'EAGEL' is always false; valid: 'none', 'EAGLE'"},
+		{"constraint case typo", base + compareParams + "constraints: [\"speculative != 'eagle'\"]\n",
+			"t.yaml:13:31: constraints[0]: speculative never takes 'eagle' (did you mean 'EAGLE'?): speculative != 'eagle' is always true; valid: 'none', 'EAGLE'"},
+		{"number choice as a string", base + compareParams + "constraints: [\"ep == '4'\"]\n",
+			"constraints[0]: the choices of ep are numbers and '4' is a string: ep == '4' is always false; valid: 1, 4"},
+		{"number not a choice", base + compareParams + "constraints: ['ep == 2 or ep == gpus_per_trial']\n",
+			"constraints[0]: ep never takes 2: ep == 2 is always false; valid: 1, 4"},
+		{"float not a choice", base + compareParams + "constraints: ['mf == 0.8']\n",
+			"constraints[0]: mf never takes 0.8: mf == 0.8 is always false; valid: 0.78, 0.85"},
+		{"in list item", base + compareParams + "constraints: [\"speculative in ['none', 'EAGEL']\"]\n",
+			"t.yaml:13:40: constraints[0]: speculative never takes 'EAGEL' (did you mean 'EAGLE'?): that item of speculative in [...] never matches"},
+		{"string choices with a number", base + compareParams + "constraints: ['speculative == 3']\n",
+			"constraints[0]: the choices of speculative are strings and 3 is a number: speculative == 3 is always false; valid: 'none', 'EAGLE'"},
+		{"order string choices", base + compareParams + "constraints: ['speculative > 3']\n",
+			"t.yaml:13:30: constraints[0]: the choices of speculative are strings and 3 is a number: speculative > 3 cannot be evaluated for any of them; valid: speculative == or != one of 'none', 'EAGLE'"},
+		{"order string choices in when", base + compareParams + "  - {name: steps, type: int, low: 1, high: 5, flag: --speculative-num-steps, when: 3 <= speculative}\n",
+			"params[steps].when: the choices of speculative are strings and 3 is a number: 3 <= speculative cannot be evaluated for any of them"},
+		{"order a bool", base + compareParams + "constraints: ['radix > false']\n",
+			"constraints[0]: radix is a bool param, which cannot be ordered: radix > false cannot be evaluated; valid: radix, not radix, or radix == true"},
+		{"int param with a string", base + compareParams + "constraints: [\"mf2 < 'high'\"]\n",
+			"constraints[0]: mf2 is a float param and 'high' is a string: mf2 < 'high' cannot be evaluated for any of them; valid: a number (mf2 is 0.7..0.9 step 0.05)"},
+		{"derived when typo", base + compareParams + "derived:\n  - {flag: --speculative-num-draft-tokens, value: 4, when: speculative == 'EAGEL'}\n",
+			"derived[--speculative-num-draft-tokens].when: speculative never takes 'EAGEL'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

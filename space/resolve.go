@@ -211,13 +211,7 @@ func (s *Study) env(p Params, pred *engine.Prediction) map[string]any {
 		case int64, float64, bool:
 			env[k] = x
 		case string:
-			if n, err := strconv.ParseInt(x, 10, 64); err == nil {
-				env[k] = n
-			} else if f, err := strconv.ParseFloat(x, 64); err == nil {
-				env[k] = f
-			} else {
-				env[k] = x
-			}
+			env[k] = choiceValue(x)
 		}
 	}
 	if pred != nil {
@@ -236,6 +230,61 @@ func (s *Study) env(p Params, pred *engine.Prediction) map[string]any {
 		}
 	}
 	return env
+}
+
+// choiceValue is a categorical choice as expressions see it: a number when
+// it reads as one (ep == 4), else the text.
+func choiceValue(s string) any {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		return f
+	}
+	return s
+}
+
+// domainOf is what static checks of expressions know of a name: a param's
+// values or its range; nil for other names and for a param whose own
+// definition is broken (its errors are reported already).
+func (s *Study) domainOf(name string) *domain {
+	i := slices.IndexFunc(s.Params, func(p Param) bool { return p.Name == name })
+	if i < 0 || s.Params[i].unchecked {
+		return nil
+	}
+	p := &s.Params[i]
+	d := &domain{name: name}
+	switch p.Type {
+	case "int", "float":
+		d.what = fmt.Sprintf("%s is an %s param", name, p.Type)
+		if p.Type == "float" {
+			d.what = fmt.Sprintf("%s is a float param", name)
+		}
+		d.rangeText = formatFloat(p.Low, p.Step) + ".." + formatFloat(p.High, p.Step)
+		if p.Step > 0 && !p.Log && !(p.Type == "int" && p.Step == 1) {
+			d.rangeText += " step " + formatFloat(p.Step, p.Step)
+		}
+		return d
+	case "bool":
+		d.what = name + " is a bool param"
+		d.values = []any{true, false}
+		return d
+	}
+	kinds := map[string]bool{}
+	for _, c := range p.Choices {
+		v := choiceValue(c)
+		d.values = append(d.values, v)
+		kinds[kindOf(v)] = true
+	}
+	switch {
+	case len(kinds) > 1:
+		d.what = "the choices of " + name + " are strings and numbers"
+	case kinds["number"]:
+		d.what = "the choices of " + name + " are numbers"
+	default:
+		d.what = "the choices of " + name + " are strings"
+	}
+	return d
 }
 
 // Resolve turns sampled params into a Config: engine flags (the model flag

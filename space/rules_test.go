@@ -91,7 +91,7 @@ func TestEngineRules(t *testing.T) {
 		{"kv halves requests", 4, "--max-running-requests 64 --disable-radix-cache",
 			"memory: {reference: {kv_tokens: 100, mem_fraction_static: 0.8, state_slots: 64}, kv_tokens_per_state_slot: 100}\nworkload: {chat: {concurrency: [1], requests: [1], max_tokens: 8}}\n",
 			"limits_reduced", "predicted KV tokens 100 // 2 = 50 < --max-running-requests 64", 1, 50},
-		{"constraint", 4, "--tp-size 4", "params:\n  - {name: ep, type: categorical, choices: [2], flag: --ep-size}\nconstraints: ['ep == 1 or ep == gpus_per_trial']\n",
+		{"constraint", 4, "--tp-size 4", "params:\n  - {name: ep, type: categorical, choices: [1, 2], flag: --ep-size}\nconstraints: ['ep == 1 or ep == gpus_per_trial']\n",
 			"constraint", `constraint "ep == 1 or ep == gpus_per_trial" is false with ep=2, gpus_per_trial=4`, 0, 0},
 		{"constraint on prediction", 4, "--max-running-requests 64 --max-mamba-cache-size 384", "constraints: ['predicted.max_running_requests >= 100']\n",
 			"constraint", "predicted.max_running_requests=64", 5, 64},

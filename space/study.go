@@ -153,6 +153,9 @@ type Param struct {
 	When     string            // condition over earlier params
 
 	when *Expr
+	// unchecked: the param's own definition has errors, so expressions
+	// that read it are not checked against its values.
+	unchecked bool
 	// switchWords: a bool param's flag text for true and false, from the
 	// flag schema (its default and negation); nil: the flag for true,
 	// nothing for false.

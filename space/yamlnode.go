@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -52,8 +53,9 @@ const maxErrors = 20
 
 // dec walks a study document and collects positioned errors.
 type dec struct {
-	file string
-	errs []*FieldError
+	file  string
+	lines []string // the file's lines, to place errors inside a scalar
+	errs  []*FieldError
 }
 
 func (d *dec) failAt(line, col int, path, format string, args ...any) {
@@ -69,6 +71,34 @@ func (d *dec) fail(n *yaml.Node, path, format string, args ...any) {
 		line, col = n.Line, n.Column
 	}
 	d.failAt(line, col, path, format, args...)
+}
+
+// exprPos is the line and column of offset off of the expression src, the
+// value of scalar n: the column inside the scalar when the file holds src
+// as is on n's line (a plain or quoted one-line scalar without escapes),
+// else n's own position.
+func (d *dec) exprPos(n *yaml.Node, src string, off int) (line, col int) {
+	if n == nil {
+		return 1, 1
+	}
+	line, col = n.Line, n.Column
+	if line < 1 || line > len(d.lines) || col < 1 || off < 0 || off > len(src) {
+		return line, col
+	}
+	text := d.lines[line-1]
+	at := 0 // byte offset of column col: columns count characters
+	for i := 1; i < col && at < len(text); i++ {
+		_, size := utf8.DecodeRuneInString(text[at:])
+		at += size
+	}
+	if n.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) != 0 {
+		at++
+		col++
+	}
+	if at > len(text) || !strings.HasPrefix(text[at:], src) {
+		return n.Line, n.Column
+	}
+	return line, col + utf8.RuneCountInString(src[:off])
 }
 
 var yamlLineRE = regexp.MustCompile(`line (\d+)`)
