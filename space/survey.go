@@ -1,6 +1,7 @@
 package space
 
 import (
+	"fmt"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -139,7 +140,7 @@ type Survey struct {
 	Checked    int              `json:"checked"`
 	Feasible   int              `json:"feasible"`
 	Infeasible int              `json:"infeasible"`
-	Errors     []string         `json:"errors,omitempty"` // params that did not resolve
+	Errors     []string         `json:"errors,omitempty"` // distinct reasons configs did not resolve, each with its count: "... (24 configs)"
 	Rejections []RejectionCount `json:"rejections"`
 	Example    *Config          `json:"example_feasible,omitempty"`
 	// Carrying counts the feasible configs that emit each flag of
@@ -157,6 +158,9 @@ type SurveyLimits struct {
 	Track []string
 }
 
+// maxSurveyErrors bounds the distinct resolve errors a survey lists.
+const maxSurveyErrors = 10
+
 // DefaultSurveyLimits are what `sgtune check` uses.
 var DefaultSurveyLimits = SurveyLimits{MaxEnumerate: 200000, Samples: 5000, Seed: 1}
 
@@ -172,13 +176,24 @@ func (s *Study) Survey(lim SurveyLimits) Survey {
 		out.Params = append(out.Params, p.Name)
 	}
 	counts := map[string]*RejectionCount{}
+	// One reason fails every config that reaches it: count it, do not list
+	// it once per config.
+	var errs []*RejectionCount
+	errCount := map[string]*RejectionCount{}
+	addErr := func(err error) {
+		msg := err.Error()
+		if e, ok := errCount[msg]; ok {
+			e.Count++
+			return
+		}
+		errCount[msg] = &RejectionCount{Message: msg, Count: 1}
+		errs = append(errs, errCount[msg])
+	}
 	check := func(p Params) bool {
 		out.Checked++
 		cfg, err := s.Resolve(p, nil)
 		if err != nil {
-			if len(out.Errors) < 10 {
-				out.Errors = append(out.Errors, err.Error())
-			}
+			addErr(err)
 			out.Infeasible++
 			return true
 		}
@@ -224,11 +239,19 @@ func (s *Study) Survey(lim SurveyLimits) Survey {
 		for range lim.Samples {
 			p, err := s.Suggest(g)
 			if err != nil {
-				out.Errors = append(out.Errors, err.Error())
+				addErr(err)
 				break
 			}
 			check(p)
 		}
+	}
+	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Count > errs[j].Count })
+	for _, e := range errs[:min(len(errs), maxSurveyErrors)] {
+		unit := "configs"
+		if e.Count == 1 {
+			unit = "config"
+		}
+		out.Errors = append(out.Errors, fmt.Sprintf("%s (%d %s)", e.Message, e.Count, unit))
 	}
 	for _, rc := range counts {
 		out.Rejections = append(out.Rejections, *rc)

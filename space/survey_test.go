@@ -55,3 +55,24 @@ func TestSurveySamplesDeterministically(t *testing.T) {
 		t.Errorf("rule counts %v, feasible %d", a.RuleCounts(), a.Feasible)
 	}
 }
+
+// A when: that cannot be evaluated for one choice fails every config with
+// that choice for the same reason: the survey lists it once, with how many
+// configs it failed, not once per config.
+func TestSurveyCountsResolveErrors(t *testing.T) {
+	doc := base + `params:
+  - {name: slots, type: categorical, choices: [auto, 256, 384], flag: --max-mamba-cache-size, values: {auto: ""}}
+  - {name: radix, type: bool, values: {false: --disable-radix-cache}}
+  - {name: overlap, type: bool, values: {false: --disable-overlap-schedule}}
+  - {name: bs, type: int, low: 8, high: 16, step: 8, flag: --cuda-graph-max-bs, when: slots > 128}
+`
+	st, err := Parse("s.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv := st.Survey(DefaultSurveyLimits)
+	want := []string{`params[bs].when "slots > 128": cannot order "auto" and 128 (4 configs)`}
+	if !reflect.DeepEqual(sv.Errors, want) || sv.Checked != 20 {
+		t.Errorf("errors %q of %d configs, want %q of 20", sv.Errors, sv.Checked, want)
+	}
+}

@@ -169,6 +169,25 @@ func TestCheckVerdicts(t *testing.T) {
 	}
 }
 
+// A when: that fails to evaluate for one choice is one error line with the
+// configs it failed, not one line per config.
+func TestCheckListsAResolveErrorOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.yaml")
+	doc := "name: s\nengine: {name: sglang, command: sh -c true}\nmodel: org/m\nworkload: {quality: {enabled: false}}\nparams:\n" +
+		"  - {name: slots, type: categorical, choices: [auto, 256], flag: --max-mamba-cache-size, values: {auto: ''}}\n" +
+		"  - {name: radix, type: bool, values: {false: --disable-radix-cache}}\n" +
+		"  - {name: overlap, type: bool, values: {false: --disable-overlap-schedule}}\n" +
+		"  - {name: bs, type: int, low: 8, high: 16, step: 8, flag: --cuda-graph-max-bs, when: slots > 128}\n"
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, out := runCheck(t, path)
+	line := `error: params[bs].when "slots > 128": cannot order "auto" and 128 (4 configs)` + "\n"
+	if n := strings.Count(out, "cannot order"); n != 1 || !strings.Contains(out, line) {
+		t.Errorf("output has %d 'cannot order' lines, want one %q:\n%s", n, line, out)
+	}
+}
+
 // The commands --help lists all run: help and completion too, which cobra
 // adds only inside Execute; an unknown command is a usage error.
 func TestListedCommandsRun(t *testing.T) {
