@@ -859,3 +859,53 @@ func literal(v any) string {
 	}
 	return describe(v)
 }
+
+// kinds is what kinds of value the expression can give ("number",
+// "string", "bool", "null"), as far as dom tells of the names it reads;
+// nil when that is not known.
+func (e *Expr) kinds(dom func(name string) *domain) map[string]bool {
+	return nodeKinds(e.root, dom)
+}
+
+func nodeKinds(n node, dom func(string) *domain) map[string]bool {
+	switch v := n.(type) {
+	case litNode:
+		return map[string]bool{kindOf(v.v): true}
+	case nameNode:
+		if v == "gpus_per_trial" || strings.HasPrefix(string(v), "predicted.") {
+			return map[string]bool{"number": true}
+		}
+		d := dom(string(v))
+		if d == nil {
+			return nil
+		}
+		out := map[string]bool{}
+		if d.values == nil {
+			out["number"] = true
+		}
+		for _, x := range d.values {
+			out[kindOf(x)] = true
+		}
+		return out
+	case notNode, logicNode, inNode:
+		return map[string]bool{"bool": true}
+	case binNode:
+		switch v.op {
+		case "==", "!=", "<", "<=", ">", ">=":
+			return map[string]bool{"bool": true}
+		}
+	}
+	// Arithmetic and min, max, abs give a number or fail.
+	return map[string]bool{"number": true}
+}
+
+// kindsText describes a set of kinds: "a string or a boolean".
+func kindsText(kinds map[string]bool) string {
+	var parts []string
+	for _, k := range []string{"number", "string", "bool", "null"} {
+		if kinds[k] {
+			parts = append(parts, kindNoun(k))
+		}
+	}
+	return strings.Join(parts, " or ")
+}

@@ -910,10 +910,58 @@ func (d *dec) derived(st *Study, top *mapNode) {
 			continue
 		}
 		dv.value, _ = d.compile(st, m.at("value"), m.path+".value", dv.Value, names, false)
+		if dv.value != nil {
+			d.derivedValue(st, m, &dv, spec)
+		}
 		if m.str("when", &dv.When) {
 			dv.when, _ = d.compile(st, m.at("when"), m.path+".when", dv.When, names, false)
 		}
 		st.Derived = append(st.Derived, dv)
+	}
+}
+
+// derivedValue checks a derived value against its flag where that can be
+// seen without resolving a config: a value that reads no param is known
+// (its words must pass the flag schema), and one that reads params must
+// give a kind the flag can take ('abc' for an integer flag resolved to
+// nothing launchable, config after config).
+func (d *dec) derivedValue(st *Study, m *mapNode, dv *Derived, spec *engine.FlagSpec) {
+	n, path := m.at("value"), m.path+".value"
+	if !slices.ContainsFunc(dv.value.Names(), func(name string) bool { return name != "gpus_per_trial" }) {
+		v, err := dv.value.Eval(st.env(nil, nil))
+		if err != nil {
+			d.fail(n, path, "%q cannot be evaluated: %v; valid: an expression such as spec_steps + 1", dv.Value, err)
+			return
+		}
+		if _, err := st.Schema.ParseArgv(dv.words(v)); err != nil {
+			d.fail(n, path, "%q gives %s: %v", dv.Value, literal(v), err)
+		}
+		return
+	}
+	kinds := dv.value.kinds(st.domainOf)
+	if kinds == nil {
+		return
+	}
+	var takes string
+	switch spec.Type {
+	case "bool":
+		if !kinds["bool"] {
+			takes = "no value (it is a switch); valid: an expression that gives true or false, such as speculative == 'EAGLE'"
+		}
+	case "int", "float":
+		if !kinds["number"] {
+			takes = "a number; valid: an expression that gives a number, such as spec_steps + 1"
+			if spec.Type == "int" {
+				takes = "an integer; valid: an expression that gives an integer, such as spec_steps + 1"
+			}
+		}
+	default:
+		if !kinds["number"] && !kinds["string"] {
+			takes = "a value; valid: an expression that gives a string or a number"
+		}
+	}
+	if takes != "" {
+		d.fail(n, path, "%q gives %s, and %s takes %s", dv.Value, kindsText(kinds), dv.Flag, takes)
 	}
 }
 

@@ -81,6 +81,26 @@ func TestLoadComparisonsThatCanHold(t *testing.T) {
 	}
 }
 
+// Derived values that some config can resolve load, whatever their kind.
+func TestLoadDerivedValuesThatCanResolve(t *testing.T) {
+	for _, dv := range []string{
+		"{flag: --speculative-num-draft-tokens, value: ep + 1}",
+		"{flag: --speculative-num-draft-tokens, value: gpus_per_trial * 2}",
+		"{flag: --speculative-num-draft-tokens, value: \"'7'\"}",
+		"{flag: --speculative-num-draft-tokens, value: slots}", // 256 and 384 resolve; auto does not
+		"{flag: --speculative-algorithm, value: \"'EAGLE'\", when: speculative == 'EAGLE'}",
+		"{flag: --enable-metrics, value: radix}",
+		"{flag: --enable-metrics, value: ep > 1 and not radix}",
+		"{flag: --speculative-num-draft-tokens, value: 'null'}",
+	} {
+		t.Run(dv, func(t *testing.T) {
+			if _, err := Parse("t.yaml", []byte(base+compareParams+"derived:\n  - "+dv+"\n")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
 func TestLoadErrorTable(t *testing.T) {
 	tests := []struct {
 		name, doc, want string
@@ -175,6 +195,18 @@ func TestLoadErrorTable(t *testing.T) {
 			"constraints[0]: radix is a bool param, which cannot be ordered: radix > false cannot be evaluated; valid: radix, not radix, or radix == true"},
 		{"int param with a string", base + compareParams + "constraints: [\"mf2 < 'high'\"]\n",
 			"constraints[0]: mf2 is a float param and 'high' is a string: mf2 < 'high' cannot be evaluated for any of them; valid: a number (mf2 is 0.7..0.9 step 0.05)"},
+		// A derived value whose kind the flag cannot take is an error at
+		// the entry, not a space whose every config fails to resolve.
+		{"derived string for an int flag", base + compareParams + "derived:\n  - {flag: --speculative-num-draft-tokens, value: \"'abc'\"}\n",
+			`t.yaml:14:51: derived[--speculative-num-draft-tokens].value: "'abc'" gives 'abc': --speculative-num-draft-tokens "abc" is not an integer; valid: an integer`},
+		{"derived string param for an int flag", base + compareParams + "derived:\n  - {flag: --speculative-num-draft-tokens, value: speculative}\n",
+			`t.yaml:14:51: derived[--speculative-num-draft-tokens].value: "speculative" gives a string, and --speculative-num-draft-tokens takes an integer; valid: an expression that gives an integer`},
+		{"derived condition for an int flag", base + compareParams + "derived:\n  - {flag: --speculative-num-draft-tokens, value: ep > 1}\n",
+			`derived[--speculative-num-draft-tokens].value: "ep > 1" gives a boolean, and --speculative-num-draft-tokens takes an integer`},
+		{"derived number for a switch", base + compareParams + "derived:\n  - {flag: --enable-metrics, value: ep * 2}\n",
+			`derived[--enable-metrics].value: "ep * 2" gives a number, and --enable-metrics takes no value (it is a switch); valid: an expression that gives true or false`},
+		{"derived division by zero", base + "derived:\n  - {flag: --speculative-num-draft-tokens, value: gpus_per_trial // 0}\n",
+			`t.yaml:7:51: derived[--speculative-num-draft-tokens].value: "gpus_per_trial // 0" cannot be evaluated: division by zero`},
 		{"derived when typo", base + compareParams + "derived:\n  - {flag: --speculative-num-draft-tokens, value: 4, when: speculative == 'EAGEL'}\n",
 			"derived[--speculative-num-draft-tokens].when: speculative never takes 'EAGEL'"},
 	}

@@ -395,21 +395,27 @@ func (s *Study) derive(dv Derived, p Params) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("derived[%s].value %q: %w", dv.Flag, dv.Value, err)
 	}
+	return dv.words(v), nil
+}
+
+// words are what the derived flag passes the engine for value v: the flag
+// alone for true, nothing for false or null, else the flag and the value.
+func (dv *Derived) words(v any) []string {
 	switch x := v.(type) {
 	case bool:
 		if x {
-			return []string{dv.Flag}, nil
+			return []string{dv.Flag}
 		}
-		return nil, nil
+		return nil
 	case float64:
 		if x == math.Trunc(x) && math.Abs(x) < 1e15 {
-			return []string{dv.Flag, strconv.FormatInt(int64(x), 10)}, nil
+			return []string{dv.Flag, strconv.FormatInt(int64(x), 10)}
 		}
-		return []string{dv.Flag, strconv.FormatFloat(x, 'f', -1, 64)}, nil
+		return []string{dv.Flag, strconv.FormatFloat(x, 'f', -1, 64)}
 	case nil:
-		return nil, nil
+		return nil
 	}
-	return []string{dv.Flag, describeRaw(v)}, nil
+	return []string{dv.Flag, describeRaw(v)}
 }
 
 func describeRaw(v any) string {
