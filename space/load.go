@@ -909,6 +909,7 @@ func (d *dec) derived(st *Study, top *mapNode) {
 			m.failKey("value", "missing; valid: an expression such as spec_steps + 1")
 			continue
 		}
+		dv.line, dv.col = m.at("value").Line, m.at("value").Column
 		dv.value, _ = d.compile(st, m.at("value"), m.path+".value", dv.Value, names, false)
 		if dv.value != nil {
 			d.derivedValue(st, m, &dv, spec)

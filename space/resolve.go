@@ -385,7 +385,7 @@ func (s *Study) derive(dv Derived, p Params) ([]string, error) {
 			return nil, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("derived[%s].when %q: %w", dv.Flag, dv.When, err)
+			return nil, fmt.Errorf("%sderived[%s].when %q: %w", s.at(dv), dv.Flag, dv.When, err)
 		}
 	}
 	v, err := dv.value.Eval(env)
@@ -393,9 +393,37 @@ func (s *Study) derive(dv Derived, p Params) ([]string, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("derived[%s].value %q: %w", dv.Flag, dv.Value, err)
+		return nil, fmt.Errorf("%sderived[%s].value %q: %w", s.at(dv), dv.Flag, dv.Value, err)
 	}
 	return dv.words(v), nil
+}
+
+// at is where a derived entry's value is in the study file, as a message's
+// prefix: "study.yaml:68:12: "; "" when not known.
+func (s *Study) at(dv Derived) string {
+	if dv.line == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s:%d:%d: ", s.Path, dv.line, dv.col)
+}
+
+// derivedRejections are the derived flags of c that the flag schema
+// refuses, each naming the derived entry and where it is: a config's
+// flags that do not parse are most often a derived value's doing, and the
+// schema's own message would not say which entry to fix.
+func (s *Study) derivedRejections(c *Config) []engine.Rejection {
+	var out []engine.Rejection
+	for _, dv := range s.Derived {
+		w, err := s.derive(dv, c.Params)
+		if err != nil || len(w) == 0 {
+			continue
+		}
+		if _, err := s.Schema.ParseArgv(w); err != nil {
+			out = append(out, engine.Rejection{Rule: "flag_value",
+				Message: fmt.Sprintf("%sderived[%s].value %q: %v", s.at(dv), dv.Flag, dv.Value, err)})
+		}
+	}
+	return out
 }
 
 // words are what the derived flag passes the engine for value v: the flag
@@ -433,6 +461,9 @@ func (s *Study) Check(c *Config) []engine.Rejection {
 	var out []engine.Rejection
 	args, err := s.Schema.ParseArgv(c.Flags)
 	if err != nil {
+		if rej := s.derivedRejections(c); len(rej) > 0 {
+			return rej
+		}
 		return []engine.Rejection{{Rule: "flag_value", Message: err.Error()}}
 	}
 	seen := map[string]bool{}

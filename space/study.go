@@ -169,6 +169,9 @@ type Derived struct {
 	When  string // condition; empty = always
 
 	value, when *Expr
+	// line and col place value in the study file, for the messages of
+	// configs it fails; 0 when unknown.
+	line, col int
 }
 
 // Silent reports whether value v of the param (as text: "true", "auto",

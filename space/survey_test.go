@@ -2,6 +2,7 @@ package space
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -74,5 +75,51 @@ func TestSurveyCountsResolveErrors(t *testing.T) {
 	want := []string{`params[bs].when "slots > 128": cannot order "auto" and 128 (4 configs)`}
 	if !reflect.DeepEqual(sv.Errors, want) || sv.Checked != 20 {
 		t.Errorf("errors %q of %d configs, want %q of 20", sv.Errors, sv.Checked, want)
+	}
+}
+
+// A derived value that some configs cannot pass their flag is reported at
+// the derived entry, file:line:col, whether the schema refuses its words
+// or it cannot be evaluated.
+func TestDerivedFailuresPointAtTheEntry(t *testing.T) {
+	tests := []struct {
+		name, value string
+		resolveErr  string // substring of Resolve's error for the first config
+		rejection   string // else the flag_value rejection's message
+	}{
+		{"schema refuses", "slots", "",
+			`s.yaml:10:51: derived[--speculative-num-draft-tokens].value "slots": --speculative-num-draft-tokens "auto" is not an integer; valid: an integer`},
+		{"not an integer", "steps + 0.5", "",
+			`s.yaml:10:51: derived[--speculative-num-draft-tokens].value "steps + 0.5": --speculative-num-draft-tokens "1.5" is not an integer`},
+		{"cannot be evaluated", "8 // (steps - 1)",
+			`s.yaml:10:51: derived[--speculative-num-draft-tokens].value "8 // (steps - 1)": division by zero`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := base + `params:
+  - {name: slots, type: categorical, choices: [auto, 256]}
+  - {name: steps, type: int, low: 1, high: 3}
+derived:
+  - {flag: --speculative-num-draft-tokens, value: "` + tt.value + `"}
+`
+			st, err := Parse("s.yaml", []byte(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := st.Resolve(Params{"slots": "auto", "steps": 1}, nil)
+			if tt.resolveErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.resolveErr) {
+					t.Fatalf("resolve error %v, want %s", err, tt.resolveErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			rej := st.Check(cfg)
+			if len(rej) != 1 || rej[0].Rule != "flag_value" || !strings.Contains(rej[0].Message, tt.rejection) {
+				t.Errorf("rejections %+v, want one flag_value: %s", rej, tt.rejection)
+			}
+		})
 	}
 }

@@ -122,6 +122,12 @@ func TestCheckVerdicts(t *testing.T) {
 			[]string{"study none (", "): valid file, but no config is feasible", "feasible: 0 (0.0%), infeasible: 2", "parallel_gpus",
 				"study none: no feasible config: none of its 2 configs passes the rules; top reasons: parallel_gpus: --tp-size"},
 			nil},
+		{"derived value no config passes", "name: d\n" + onPath + gpus + "params:\n  - {name: s, type: int, low: 1, high: 3}\n" +
+			"derived:\n  - {flag: --speculative-num-draft-tokens, value: s + 0.5}\n", nil, exitUsage,
+			[]string{"valid file, but no config is feasible", "flag_value: 3 configs",
+				filepath.Join(dir, "derived-value-no-config-passes.yaml") + `:9:51: derived[--speculative-num-draft-tokens].value "s + 0.5": --speculative-num-draft-tokens "1.5" is not an integer`,
+				"study d: no feasible config: none of its 3 configs passes the rules; top reasons: flag_value: " + filepath.Join(dir, "derived-value-no-config-passes.yaml") + ":9:51: derived[--speculative-num-draft-tokens]"},
+			nil},
 		{"missing engine", "name: far\n" + missing + gpus, nil, exitOK,
 			[]string{"feasible: 1", `warning: ` + filepath.Join(dir, "missing-engine.yaml") + `: engine.command: cannot run "sgtune-no-such-engine-xyz": executable file not found in $PATH (is it installed and on PATH?); sgtune run will refuse to start on this machine`},
 			[]string{"no feasible config"}},
