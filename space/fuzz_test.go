@@ -21,6 +21,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("a: &x [*x]\n"))
 	f.Add([]byte(base + "params:\n  - {name: s, type: categorical, choices: [none, EAGLE, 4]}\n  - {name: n, type: int, low: 1, high: 3, flag: --speculative-num-steps, when: \"s == 'EAGEL' or s in [1, -(2)] or s > 3\"}\n"))
 	f.Add([]byte(base + "params:\n  - {name: s, type: int, low: 1, high: 3}\nderived:\n  - {flag: --speculative-num-draft-tokens, value: \"'abc'\"}\n  - {flag: --cuda-graph-max-bs, value: s // (s - 1)}\n"))
+	f.Add([]byte("---\n" + base + "---\n# empty\n---\nname: second\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		st, err := Parse("f.yaml", data)
 		if err != nil {

@@ -1,9 +1,11 @@
 package space
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -64,13 +66,20 @@ func Load(path string) (*Study, error) {
 func Parse(path string, data []byte) (*Study, error) {
 	d := &dec{file: path, lines: strings.Split(string(data), "\n")}
 	var doc yaml.Node
-	if err := unmarshal(data, &doc); err != nil {
+	second, err := unmarshal(data, &doc)
+	if err != nil {
 		d.syntaxError(err)
 		return nil, &LoadError{Errs: d.errs}
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
 		d.failAt(1, 1, "", "empty study file; valid: a mapping with name, engine, model, params, ...")
 		return nil, &LoadError{Errs: d.errs}
+	}
+	if second != nil {
+		// The first document alone would be the study: a second one
+		// (another study pasted below, or the rest of this one after a
+		// stray ---) would be silently ignored.
+		d.fail(second, "", "a second YAML document starts here; a study file holds one document; valid: one study per file (remove this --- and move what follows to a file of its own, or join it to the study above)")
 	}
 	st := &Study{Path: path}
 	d.study(st, doc.Content[0])
@@ -84,15 +93,37 @@ func Parse(path string, data []byte) (*Study, error) {
 	return st, nil
 }
 
-// unmarshal parses YAML; a panic in the YAML library on odd input becomes an
-// error so that the CLI reports it as bad input.
-func unmarshal(data []byte, doc *yaml.Node) (err error) {
+// unmarshal parses the YAML document of a study file into doc (left zero
+// for a file with none) and returns the next document when the file holds
+// more than one, bar an empty one (a trailing ---). A panic in the YAML
+// library on odd input becomes an error so that the CLI reports it as bad
+// input.
+func unmarshal(data []byte, doc *yaml.Node) (second *yaml.Node, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("cannot parse: %v", r)
+			second, err = nil, fmt.Errorf("cannot parse: %v", r)
 		}
 	}()
-	return yaml.Unmarshal(data, doc)
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	for {
+		var next yaml.Node
+		switch err := dec.Decode(&next); {
+		case errors.Is(err, io.EOF):
+			return nil, nil
+		case err != nil:
+			return nil, err
+		}
+		if c := next.Content; len(c) == 1 && c[0].Kind == yaml.ScalarNode && c[0].ShortTag() == "!!null" && c[0].Value == "" {
+			continue // nothing but --- (and comments): nothing ignored
+		}
+		return &next, nil
+	}
 }
 
 var (

@@ -167,6 +167,9 @@ func TestLoadErrorTable(t *testing.T) {
 		{"derived value", base + "params:\n  - {name: s, type: int, low: 1, high: 2}\nderived:\n  - {flag: --speculative-num-draft-tokens, value: s +}\n",
 			"derived[--speculative-num-draft-tokens].value: unexpected"},
 		{"big int", base + "gpus: {per_trial: 99999999999}\n", "gpus.per_trial: 99999999999 is out of range"},
+		{"second document", base + "---\nname: second\n", "t.yaml:6:1: a second YAML document starts here; a study file holds one document; valid: one study per file"},
+		{"second document after an empty one", base + "---\n# nothing\n---\nname: second\n", "t.yaml:8:1: a second YAML document starts here"},
+		{"second document unparsable", base + "---\nname: [second\n", "t.yaml:"},
 		// A comparison no value of its param passes is an error where the
 		// constant is, not a space silently shrunk to the other branch.
 		{"when choice typo", base + compareParams + "  - {name: steps, type: int, low: 1, high: 5, step: 2, flag: --speculative-num-steps, when: speculative == 'EAGEL'}\n",
@@ -226,6 +229,22 @@ func TestLoadErrorTable(t *testing.T) {
 				if !strings.HasPrefix(line, "t.yaml:") {
 					t.Errorf("line %q is not file:line:col: ...", line)
 				}
+			}
+		})
+	}
+}
+
+// Document markers that leave one study in the file load.
+func TestLoadOneDocument(t *testing.T) {
+	for name, doc := range map[string]string{
+		"leading ---":       "---\n" + base,
+		"trailing ---":      base + "---\n",
+		"trailing --- note": base + "---\n# end of study\n",
+		"document end":      base + "...\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if st, err := Parse("t.yaml", []byte(doc)); err != nil || st.Name != "t" {
+				t.Errorf("%v (study %+v)", err, st)
 			}
 		})
 	}

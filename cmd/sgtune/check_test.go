@@ -71,11 +71,16 @@ func TestCheckBadInput(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("name: x\nengine: {name: sglang, command: sglang serve}\nmodel: m\nfixed: {--mem-fraction-statc: 0.8}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	two := filepath.Join(dir, "two.yaml")
+	if err := os.WriteFile(two, []byte("name: x\nengine: {name: sglang, command: sglang serve}\nmodel: m\n---\nname: second\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		args []string
 		want string
 	}{
 		{[]string{bad}, "bad.yaml:4:9: fixed.--mem-fraction-statc: unknown flag --mem-fraction-statc (did you mean --mem-fraction-static?)"},
+		{[]string{two}, "two.yaml:4:1: a second YAML document starts here; a study file holds one document"},
 		{[]string{"../../testdata/studies/bad/wrong-type.yaml"}, "wrong-type.yaml:7:14: gpus.per_trial"},
 		{[]string{filepath.Join(dir, "missing.yaml")}, "no such file"},
 		{[]string{}, "accepts 1 arg"},
@@ -89,7 +94,7 @@ func TestCheckBadInput(t *testing.T) {
 			t.Errorf("%v: output lacks %q:\n%s", tt.args, tt.want, out)
 		}
 	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
 		t.Errorf("check wrote files: %v", entries)
 	}
 }
