@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/sgtune/sgtune/errext"
 )
@@ -48,8 +49,41 @@ func main() {
 	// its trial is stopped, its Slurm job cancelled, and it is re-run on
 	// resume (a HUP killed the process and left the job holding its GPUs).
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	stopOnClosedOutput(sig)
 	a := &app{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, interrupts: sig, exit: os.Exit}
 	os.Exit(a.execute(context.Background(), os.Args[1:]))
+}
+
+// stopOnClosedOutput sends sig one stop when standard output or error turns
+// out to be a pipe nobody reads (`sgtune worker | head`, a tee that died):
+// by default Go dies of the first write to it, which left a Slurm trial's
+// job holding its GPUs and a local trial marked running. Later writes
+// there fail quietly. A SIGPIPE of a socket (a server that crashed while a
+// request was sent) is no stop: the load generator reads its error.
+func stopOnClosedOutput(sig chan<- os.Signal) {
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	// Lives as long as the process, as the signal channel does.
+	go func() {
+		for range pipe {
+			if closedPipe(1) || closedPipe(2) {
+				signal.Ignore(syscall.SIGPIPE)
+				select {
+				case sig <- syscall.SIGPIPE:
+				default: // a stop is already pending
+				}
+				return
+			}
+		}
+	}()
+}
+
+// closedPipe reports whether fd is a pipe whose reading end is closed
+// (poll reports POLLERR on its writing end).
+func closedPipe(fd int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents&unix.POLLERR != 0
 }
 
 // execute runs the CLI with args and returns the exit code.

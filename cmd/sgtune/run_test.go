@@ -488,6 +488,52 @@ func TestKill9Resume(t *testing.T) {
 	}
 }
 
+// TestClosedStdoutStops closes the pipe sgtune's output goes to (`sgtune
+// run | head`) in the middle of a trial: sgtune must stop as on Ctrl-C
+// (exit 130, the trial stored interrupted, its server stopped), not die of
+// the write and leave the trial marked running.
+func TestClosedStdoutStops(t *testing.T) {
+	bin := buildBins(t, "sglang-sim", "sgtune")
+	dir := t.TempDir()
+	study := writeFile(t, dir, "s.yaml", studyYAML("pipe", 100, fmt.Sprintf(twoParams, 3)))
+	db := filepath.Join(dir, "s.db")
+
+	cmd := exec.Command(filepath.Join(bin, "sgtune"), "run", study, "--storage", db)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() && !strings.Contains(sc.Text(), "trial 0 ready") {
+	}
+	stdout.Close() // the reader is gone: the next line sgtune writes breaks the pipe
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("sgtune still running 2 minutes after its output closed\n%s", stderr.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != exitInterrupted {
+		t.Errorf("exit %d (%v), want %d as on Ctrl-C\n%s", code, err, exitInterrupted, stderr.String())
+	}
+	recs := records(t, db)
+	for _, r := range recs {
+		if r.State == search.StateRunning {
+			t.Errorf("trial %d left running: %v", r.Number, states(recs))
+		}
+	}
+	if pids := leftovers("SGTUNE_TRIAL=pipe/"); len(pids) > 0 {
+		t.Errorf("server processes %v outlived sgtune", pids)
+	}
+}
+
 // leftovers lists live processes whose environment has an entry starting with prefix.
 func leftovers(prefix string) []string {
 	return procsWithEnv(func(kv string) bool { return strings.HasPrefix(kv, prefix) })
