@@ -2,6 +2,7 @@ package objective
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -136,6 +137,8 @@ type client struct {
 	// tokenMetric is the server's generated-token counter (Target.TokenCounter),
 	// noCounter why there is none (Target.NoCounter).
 	tokenMetric, noCounter string
+	// lookupTimeout bounds each lookup (Target.LookupTimeout).
+	lookupTimeout time.Duration
 }
 
 func newClient(t Target, conns int) *client {
@@ -147,8 +150,9 @@ func newClient(t Target, conns int) *client {
 		hc:     &http.Client{Transport: NewTransport(conns)},
 		fresh:  &http.Client{Transport: ft},
 
-		tokenMetric: t.TokenCounter,
-		noCounter:   t.NoCounter,
+		tokenMetric:   t.TokenCounter,
+		noCounter:     t.NoCounter,
+		lookupTimeout: cmp.Or(t.LookupTimeout, DefaultLookupTimeout),
 	}
 }
 
@@ -197,6 +201,42 @@ func unreachable(base string, err error) *UnreachableError {
 	}
 	return nil
 }
+
+// DefaultLookupTimeout bounds each lookup of the server before a run when
+// Target.LookupTimeout is 0: they are small answers that a working server
+// gives at once.
+const DefaultLookupTimeout = 10 * time.Second
+
+// NoAnswerError reports a server that accepted the connection but sent no
+// answer to a lookup within its bound: nothing was measured. It wraps
+// ErrHang, as a stalled server is a hang.
+type NoAnswerError struct {
+	URL   string        // the URL asked, e.g. http://127.0.0.1:30000/v1/models
+	After time.Duration // the bound that ran out
+}
+
+// Error says which URL did not answer and for how long it was waited for.
+func (e *NoAnswerError) Error() string {
+	return fmt.Sprintf("%s did not answer within %s (the server accepted the connection but sent no response)", e.URL, e.After)
+}
+
+// Unwrap returns ErrHang.
+func (e *NoAnswerError) Unwrap() error { return ErrHang }
+
+// lookup is getJSON bounded by the client's lookup timeout: when the bound
+// runs out (and not ctx), the error is a *NoAnswerError.
+func (c *client) lookup(ctx context.Context, path string, v any) error {
+	lctx, cancel := context.WithTimeoutCause(ctx, c.lookupTimeout, errNoAnswer)
+	defer cancel()
+	err := c.getJSON(lctx, path, v)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(lctx), errNoAnswer) {
+		return &NoAnswerError{URL: c.base + path, After: c.lookupTimeout}
+	}
+	return err
+}
+
+// errNoAnswer is the cause of a lookup's context when its bound ran out.
+var errNoAnswer = errors.New("lookup timeout")
 
 // post sends body to path and returns the response when it is 2xx.
 func (c *client) post(ctx context.Context, path string, body []byte) (*http.Response, error) {
@@ -285,7 +325,10 @@ func (c *client) resolveModel(ctx context.Context, model string) (string, error)
 			ID string `json:"id"`
 		} `json:"data"`
 	}
-	if err := c.getJSON(ctx, "/v1/models", &list); err != nil {
+	if err := c.lookup(ctx, "/v1/models", &list); err != nil {
+		if na := (*NoAnswerError)(nil); errors.As(err, &na) {
+			return "", na
+		}
 		return "", fmt.Errorf("ask /v1/models for the served model: %w", err)
 	}
 	if len(list.Data) == 0 || list.Data[0].ID == "" {
@@ -305,11 +348,14 @@ type ServerInfo struct {
 
 // serverInfo fetches /server_info (or the older /get_server_info). It
 // returns nil and the last error when neither answers: not every OpenAI
-// server has them.
+// server has them. A *NoAnswerError from the first is returned at once.
 func (c *client) serverInfo(ctx context.Context) (*ServerInfo, error) {
 	var raw map[string]any
-	if err := c.getJSON(ctx, "/server_info", &raw); err != nil {
-		if err := c.getJSON(ctx, "/get_server_info", &raw); err != nil {
+	if err := c.lookup(ctx, "/server_info", &raw); err != nil {
+		if na := (*NoAnswerError)(nil); errors.As(err, &na) {
+			return nil, na
+		}
+		if err := c.lookup(ctx, "/get_server_info", &raw); err != nil {
 			return nil, err
 		}
 	}

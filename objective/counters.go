@@ -198,14 +198,16 @@ func halfULP(text string) float64 {
 // MetricsNamespaces returns the distinct Prometheus namespaces (the part of
 // a metric name before its first ':', e.g. "llamacpp" or "sglang") of the
 // samples the server's /metrics lists, so that a caller can tell which
-// engine it measures. An error means /metrics did not answer 200.
+// engine it measures. An error means /metrics did not answer 200; a
+// *NoAnswerError that it did not answer within t's lookup timeout.
 func MetricsNamespaces(ctx context.Context, t Target) ([]string, error) {
 	c := newClient(t, 1)
 	defer c.close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	var body []byte
-	if err := c.getJSON(ctx, "/metrics", &body); err != nil {
+	if err := c.lookup(ctx, "/metrics", &body); err != nil {
+		if na := (*NoAnswerError)(nil); errors.As(err, &na) {
+			return nil, na
+		}
 		return nil, fmt.Errorf("GET /metrics: %w", err)
 	}
 	seen := map[string]bool{}

@@ -73,7 +73,8 @@ const (
 // progress), ErrQuality (a gate failed), ErrFailedRequests (requests of a
 // point failed) or the context's error (the caller cancelled, e.g. because
 // the server process died); an *UnreachableError means no connection to the
-// server could be made and nothing was measured.
+// server could be made and a *NoAnswerError that the server did not answer
+// a lookup (it wraps ErrHang): nothing was measured.
 func Run(ctx context.Context, t Target, w Workload, opt Options) (*Result, error) {
 	w = w.WithDefaults()
 	res := &Result{Kind: w.Kind, Medians: map[int]Median{}}
@@ -95,13 +96,15 @@ func Run(ctx context.Context, t Target, w Workload, opt Options) (*Result, error
 		return res, err
 	}
 	res.Model = model
-	infoCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	info, err := c.serverInfo(infoCtx)
-	cancel()
+	info, err := c.serverInfo(ctx)
 	// With the model given, this is the first request: a server that
-	// cannot be reached at all ends the run before any point.
+	// cannot be reached at all, or does not answer, ends the run before
+	// any point.
 	if u := unreachable(t.URL, err); u != nil {
 		return res, u
+	}
+	if na := (*NoAnswerError)(nil); errors.As(err, &na) {
+		return res, na
 	}
 	res.Server = info
 

@@ -3,6 +3,8 @@
 // It measures a URL; it knows nothing of processes or storage.
 package objective
 
+import "time"
+
 // Target is the server a workload is run against.
 type Target struct {
 	URL    string // base URL, e.g. http://127.0.0.1:30000
@@ -17,6 +19,11 @@ type Target struct {
 	// NoCounter says why TokenCounter is empty (e.g. "GET /metrics: HTTP
 	// 404"), the skipped check's reason; "" for a generic one.
 	NoCounter string
+	// LookupTimeout bounds each lookup of the server before a run
+	// (/v1/models, /server_info, /metrics namespaces); 0 means
+	// DefaultLookupTimeout. One that gets no answer within it ends the run
+	// with a *NoAnswerError.
+	LookupTimeout time.Duration
 }
 
 // Workload is what a trial is measured with.

@@ -118,9 +118,9 @@ picks the engine from the metric names /metrics lists; without metrics the
 check is reported as skipped. A mismatch fails the point's audit.
 
 Progress goes to stderr; the table, or with --json the document, to stdout.
-Exit code 1 when the run failed (the server cannot be reached, requests
-failed, no token progress, a quality gate failed, an audit failed), 2 for
-bad flags.`,
+Exit code 1 when the run failed (the server cannot be reached or does not
+answer, requests failed, no token progress, a quality gate failed, an audit
+failed), 2 for bad flags.`,
 		Example: `  sgtune bench --url http://127.0.0.1:30000 --concurrency 1,16 --requests 8,32 --repeats 1
   sgtune bench --url http://127.0.0.1:30000 --quality --json > bench.json
   sgtune bench --url http://127.0.0.1:30000 --workload matrix --contexts 8192,32768 --concurrency 1,4,16 --duration 30s`,
@@ -144,7 +144,11 @@ bad flags.`,
 				ns, err := objective.MetricsNamespaces(cmd.Context(), t)
 				engine = engineFromNamespaces(ns)
 				var op *net.OpError
+				var na *objective.NoAnswerError
 				switch {
+				case errors.As(err, &na):
+					// A server that does not answer would not answer the run either.
+					return errext.WithExitCode(na, errext.Failure)
 				case errors.As(err, &op) && op.Op == "dial":
 					// Unreachable: the run below says so, alone.
 				case err != nil:
@@ -162,9 +166,13 @@ bad flags.`,
 			}
 			res, runErr := objective.Run(cmd.Context(), t, w, objective.Options{Progress: progress})
 			var unreachable *objective.UnreachableError
-			if errors.As(runErr, &unreachable) {
+			var noAnswer *objective.NoAnswerError
+			switch {
+			case errors.As(runErr, &unreachable):
 				// Nothing was measured: the connection error alone.
 				return errext.WithExitCode(unreachable, errext.Failure)
+			case errors.As(runErr, &noAnswer):
+				return errext.WithExitCode(noAnswer, errext.Failure)
 			}
 			if f.asJSON {
 				doc := benchDoc{URL: t.URL, Model: res.Model, Workload: w, ReusePrompts: res.ReusePrompts, Points: res.Points,
@@ -209,7 +217,7 @@ bad flags.`,
 	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "ask the server to generate max-tokens tokens regardless of EOS (SGLang ignore_eos)")
 	fl.BoolVar(&f.quality, "quality", false, "run the structured-output and tool-call gates before and after the sweep")
 	fl.Float64Var(&f.minPass, "min-pass", 1, "fraction of each gate's checks that must pass, in (0, 1]")
-	fl.DurationVar(&f.hangTimeout, "hang-timeout", objective.DefaultHangTimeout, "fail when no token arrives for this long while requests are in flight")
+	fl.DurationVar(&f.hangTimeout, "hang-timeout", objective.DefaultHangTimeout, fmt.Sprintf("fail when no token arrives for this long while requests are in flight; the server's lookups before the run (/metrics, /v1/models, /server_info) wait this long, at most %s", objective.DefaultLookupTimeout))
 	fl.IntSliceVar(&f.contexts, "contexts", nil, "matrix: context lengths in tokens (default 8192,16384,32768,65536,131072)")
 	fl.DurationVar(&f.duration, "duration", 30*time.Second, "matrix: sustained decode time per cell")
 	fl.IntVar(&f.maxOutput, "max-output", 4096, "matrix: max output tokens per decode request")
@@ -229,7 +237,7 @@ func (f *benchFlags) resolve(cmd *cobra.Command, getenv func(string) string) (ob
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return w, t, fmt.Errorf("--url %q: want http://HOST:PORT", f.url)
 	}
-	t = objective.Target{URL: strings.TrimRight(f.url, "/"), Model: f.model}
+	t = objective.Target{URL: strings.TrimRight(f.url, "/"), Model: f.model, LookupTimeout: min(f.hangTimeout, objective.DefaultLookupTimeout)}
 	if f.apiKeyEnv != "" {
 		t.APIKey = getenv(f.apiKeyEnv)
 		if t.APIKey == "" {

@@ -315,6 +315,77 @@ func TestBenchUnreachable(t *testing.T) {
 	}
 }
 
+// silentServer listens on a free port, accepts connections and never
+// answers; it returns the server's URL. The listener and the connections
+// are closed when the test ends.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make(chan net.Conn, 64)
+	done := make(chan struct{})
+	go func() { // ends when the listener is closed
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns <- c
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		close(conns)
+		for c := range conns {
+			c.Close()
+		}
+	})
+	return "http://" + l.Addr().String()
+}
+
+// TestBenchNoAnswer: a server that accepts the connection and never
+// answers ends bench after the lookup bound (here --hang-timeout's 200ms)
+// with the URL that did not answer, exit code 1 and nothing on stdout,
+// whichever lookup comes first. (It hung forever on /v1/models.)
+func TestBenchNoAnswer(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		path string
+	}{
+		{"metrics first", nil, "/metrics"},
+		{"model given", []string{"--model", "m"}, "/metrics"},
+		{"no metrics probe", []string{"--engine", "sglang"}, "/v1/models"},
+		{"model given, no metrics probe", []string{"--engine", "none", "--model", "m", "--json"}, "/server_info"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			url := silentServer(t)
+			// A guard, not an assertion: without the bound the command
+			// would never return.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var out, errb bytes.Buffer
+			a := &app{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+			code := a.execute(ctx, append([]string{"bench", "--url", url, "--hang-timeout", "200ms"}, tt.args...))
+			if code != exitFailure {
+				t.Errorf("exit %d, want %d", code, exitFailure)
+			}
+			want := "sgtune: " + url + tt.path + " did not answer within 200ms (the server accepted the connection but sent no response)\n"
+			if got := errb.String(); !strings.HasSuffix(got, want) {
+				t.Errorf("stderr %q, want it to end in %q", got, want)
+			}
+			if out.Len() != 0 {
+				t.Errorf("stdout %q, want nothing", out.String())
+			}
+		})
+	}
+}
+
 func TestBenchAgainstSimulator(t *testing.T) {
 	if os.Getenv("SGTUNE_SKIP_SIM") != "" {
 		t.Skip("SGTUNE_SKIP_SIM set")
