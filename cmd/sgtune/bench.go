@@ -202,7 +202,7 @@ failed), 2 for bad flags.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.url, "url", "", "base URL of the server, e.g. http://127.0.0.1:30000 (required)")
+	fl.StringVar(&f.url, "url", "", "the server's root URL, e.g. http://127.0.0.1:30000; an OpenAI base URL ending in /v1 (http://127.0.0.1:30000/v1) is read as that root (required)")
 	fl.StringVar(&f.model, "model", "", "model name to send (default: the first model /v1/models lists)")
 	fl.StringVar(&f.apiKeyEnv, "api-key-env", "", "environment variable holding the API key (sent as a Bearer token)")
 	fl.StringVar(&f.workload, "workload", "chat", "chat (concurrency sweep) or matrix (context x concurrency)")
@@ -235,9 +235,14 @@ func (f *benchFlags) resolve(cmd *cobra.Command, getenv func(string) string) (ob
 	}
 	u, err := url.Parse(f.url)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return w, t, fmt.Errorf("--url %q: want http://HOST:PORT", f.url)
+		return w, t, fmt.Errorf("--url %q: want http://HOST:PORT (or the OpenAI base URL http://HOST:PORT/v1)", f.url)
 	}
-	t = objective.Target{URL: strings.TrimRight(f.url, "/"), Model: f.model, LookupTimeout: min(f.hangTimeout, objective.DefaultLookupTimeout)}
+	// The OpenAI base URL that users copy ends in /v1, which the requests'
+	// paths (/v1/models, /v1/chat/completions) add again: take it as the
+	// server's root.
+	u.Path = strings.TrimSuffix(strings.TrimRight(u.Path, "/"), "/v1")
+	u.RawPath = ""
+	t = objective.Target{URL: strings.TrimRight(u.String(), "/"), Model: f.model, LookupTimeout: min(f.hangTimeout, objective.DefaultLookupTimeout)}
 	if f.apiKeyEnv != "" {
 		t.APIKey = getenv(f.apiKeyEnv)
 		if t.APIKey == "" {

@@ -172,6 +172,39 @@ func TestBenchTableAndFailure(t *testing.T) {
 	}
 }
 
+// TestBenchURLForms: --url takes the server's root or the OpenAI base URL
+// ending in /v1 (it went to /v1/v1/models and failed with HTTP 404); a path
+// in front of /v1 (a reverse proxy's prefix) is kept.
+func TestBenchURLForms(t *testing.T) {
+	srv := &fakesse.Server{}
+	ts := httptest.NewServer(http.StripPrefix("/proxy", srv))
+	defer ts.Close()
+	tests := []struct{ name, url, want string }{
+		{"root", ts.URL + "/proxy", ts.URL + "/proxy"},
+		{"root with slash", ts.URL + "/proxy/", ts.URL + "/proxy"},
+		{"openai base", ts.URL + "/proxy/v1", ts.URL + "/proxy"},
+		{"openai base with slash", ts.URL + "/proxy/v1/", ts.URL + "/proxy"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			a := &app{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+			code := a.execute(context.Background(), []string{"bench", "--url", tt.url, "--concurrency", "1", "--requests", "2",
+				"--repeats", "1", "--max-tokens", "3", "--json"})
+			if code != exitOK {
+				t.Fatalf("exit %d, want %d; stderr %s", code, exitOK, errb.String())
+			}
+			var doc benchDoc
+			if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+				t.Fatalf("bench --json: %v\n%s", err, out.String())
+			}
+			if doc.URL != tt.want || doc.Model != "fake/model" || doc.Engine != "sglang" || !doc.Audit.OK {
+				t.Errorf("url %q model %q engine %q audit %+v; want url %q, fake/model, sglang (from /metrics), audit ok", doc.URL, doc.Model, doc.Engine, doc.Audit, tt.want)
+			}
+		})
+	}
+}
+
 // TestBenchTokenCheck: the engine is told by /metrics (fakesse serves
 // sglang: metrics) or by --engine, and a server counter that disagrees with
 // the client's count fails the audit and the command.
