@@ -137,7 +137,9 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 			probe := c.startTokenProbe(ctx)
 			b, err := c.closedLoop(ctx, bodies, conc, hang, false)
 			p, recs := b.point("", conc, r, 0)
-			p.checkTokens(probe.finish(ctx, c, p.OutputTokens))
+			if p.State != StateInterrupted {
+				p.checkTokens(probe.finish(ctx, c, p.OutputTokens))
+			}
 			b.emitTrace(opt, "", conc, r)
 			if r == 1 && cold != "" {
 				p.Note = cold
@@ -183,7 +185,9 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 			probe := c.startTokenProbe(ctx)
 			b, err := c.closedLoop(ctx, bodies, conc, hang, false)
 			p, recs := b.point(PhaseCapacity, conc, 1, 0)
-			p.checkTokens(probe.finish(ctx, c, p.OutputTokens))
+			if p.State != StateInterrupted {
+				p.checkTokens(probe.finish(ctx, c, p.OutputTokens))
+			}
 			res.Points = append(res.Points, p)
 			res.Requests = append(res.Requests, recs...)
 			opt.progress("capacity probe %s", progressLine(p, 1))

@@ -72,6 +72,10 @@ var counterSettle = time.Second
 // finish scrapes the counter again and compares its rise with client.
 func (tp *tokenProbe) finish(ctx context.Context, c looper, client int) *TokenCheck {
 	tc := &TokenCheck{Metric: tp.metric, Client: client, State: CheckSkipped}
+	if interrupted(ctx) {
+		tc.Reason = "interrupted"
+		return tc
+	}
 	if tp.err != nil {
 		tc.Reason = tp.err.Error()
 		return tc

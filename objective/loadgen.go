@@ -85,6 +85,9 @@ type streamResult struct {
 	content strings.Builder
 	tools   []toolCall
 	trace   *RequestTrace // set when the client traces requests
+	// cut is set when an interrupt (ErrInterrupted) stopped the request:
+	// it neither completed nor failed.
+	cut bool
 }
 
 // toolCall is a streamed tool call, fragments joined.
@@ -327,7 +330,9 @@ type batch struct {
 	requested int
 	wall      time.Duration
 	// counters kept by the workers, independent of the records, for the audit
-	issued, completed, failed, tokens int64
+	issued, completed, failed, cut, tokens int64
+	// stop is why issuing stopped early (nil when every request ran).
+	stop error
 }
 
 // closedLoop runs bodies with conc workers pulling from a shared queue and
@@ -343,7 +348,7 @@ func (c *client) closedLoop(ctx context.Context, bodies [][]byte, conc int, hang
 
 	b := &batch{requested: len(bodies)}
 	slots := make([]*streamResult, len(bodies))
-	var next, issued, completed, failed, tokens, failRun atomic.Int64
+	var next, issued, completed, failed, cut, tokens, failRun atomic.Int64
 	// A dead server fails every request at once; stop issuing after as many
 	// consecutive failures as there are workers (at least 8), as the seed's
 	// sweeps did (issued 65 of 256 when the engine crashed at C64).
@@ -360,10 +365,14 @@ func (c *client) closedLoop(ctx context.Context, bodies [][]byte, conc int, hang
 				issued.Add(1)
 				r := c.stream(pctx, bodies[k], w, collect)
 				r.rec.StartS = r.start.Sub(start).Seconds()
-				if r.rec.OK {
+				switch {
+				case r.rec.OK:
 					completed.Add(1)
 					failRun.Store(0)
-				} else {
+				case interrupted(pctx):
+					r.cut = true
+					cut.Add(1)
+				default:
 					failed.Add(1)
 					failRun.Add(1)
 				}
@@ -385,7 +394,8 @@ func (c *client) closedLoop(ctx context.Context, bodies [][]byte, conc int, hang
 			b.results = append(b.results, r)
 		}
 	}
-	b.issued, b.completed, b.failed, b.tokens = issued.Load(), completed.Load(), failed.Load(), tokens.Load()
+	b.issued, b.completed, b.failed, b.cut, b.tokens = issued.Load(), completed.Load(), failed.Load(), cut.Load(), tokens.Load()
+	b.stop = err
 	return b, err
 }
 
@@ -395,16 +405,21 @@ func (b *batch) point(phase string, conc, repeat, context int) (Point, []Request
 	p.Issued = int(b.issued)
 	p.Completed = int(b.completed)
 	p.Failed = int(b.failed)
+	p.Cut = int(b.cut)
 	p.OutputTokens = int(b.tokens)
 	p.DurationS = b.wall.Seconds()
 	var ttft, lat, itl []float64
 	recs := make([]RequestRecord, 0, len(b.results))
-	var okN, failN, tok int
+	var okN, failN, cutN, tok int
 	for _, r := range b.results {
 		rec := r.rec
 		rec.Phase, rec.Concurrency, rec.Repeat, rec.Context = phase, conc, repeat, context
 		recs = append(recs, rec)
 		tok += rec.OutputTokens
+		if r.cut {
+			cutN++
+			continue
+		}
 		if !rec.OK {
 			failN++
 			continue
@@ -422,13 +437,16 @@ func (b *batch) point(phase string, conc, repeat, context int) (Point, []Request
 	p.Retried = retried(recs)
 	p.Audit = Audit{
 		RawCount:     len(recs) == p.Issued,
-		Completed:    okN == p.Completed && p.Completed+p.Failed == p.Issued,
-		Failed:       failN == p.Failed && p.Completed+p.Failed == p.Issued,
+		Completed:    okN == p.Completed && cutN == p.Cut && p.Completed+p.Failed+p.Cut == p.Issued,
+		Failed:       failN == p.Failed && cutN == p.Cut && p.Completed+p.Failed+p.Cut == p.Issued,
 		Tokens:       tok == p.OutputTokens,
 		AllRequested: p.Issued == p.Requested,
 	}
 	p.State = "passed"
-	if p.Failed > 0 || !p.Audit.ok() {
+	switch {
+	case errors.Is(b.stop, ErrInterrupted):
+		p.State = StateInterrupted
+	case p.Failed > 0 || !p.Audit.ok():
 		p.State = "failed"
 	}
 	return p, recs
@@ -449,7 +467,7 @@ var ErrFailedRequests = errors.New("requests failed")
 // firstError returns the first request error of b, for messages.
 func (b *batch) firstError() string {
 	for _, r := range b.results {
-		if !r.rec.OK {
+		if !r.rec.OK && !r.cut {
 			return r.rec.Error
 		}
 	}

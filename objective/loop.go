@@ -73,7 +73,7 @@ func RunLoop(ctx context.Context, l Loop, model string, w Workload, opt Options)
 		return res, fmt.Errorf("workload: kind %s cannot run through a Loop (only chat)", w.Kind)
 	}
 	err := runChat(ctx, loopAdapter{l}, model, w, opt, res)
-	res.finish()
+	res.finish(errors.Is(err, ErrInterrupted))
 	return res, err
 }
 

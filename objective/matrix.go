@@ -194,6 +194,9 @@ func prefill(ctx context.Context, c *client, model, prompt string, ctxLen, kv in
 	if err != nil || p.Failed > 0 {
 		p.Status = StatusNotRun
 		p.Note = b.firstError()
+		if p.State == StateInterrupted {
+			p.Note = "interrupted"
+		}
 		if err != nil {
 			return p, fmt.Errorf("prefill at context %d: %w", ctxLen, err)
 		}
@@ -250,13 +253,14 @@ func (c *client) decodeCell(ctx context.Context, model, base string, ctxLen, con
 				}
 				issued.Add(1)
 				r := c.stream(cellCtx, body, w, false)
-				isCut := !r.rec.OK && errors.Is(context.Cause(cellCtx), errCellEnd)
+				isCut := !r.rec.OK && (errors.Is(context.Cause(cellCtx), errCellEnd) || interrupted(cellCtx))
 				switch {
 				case r.rec.OK:
 					done.Add(1)
 				case isCut:
 					nCut.Add(1)
 					r.rec.Error = ""
+					r.cut = true
 				default:
 					failed.Add(1)
 				}
@@ -341,6 +345,11 @@ func (c *client) decodeCell(ctx context.Context, model, base string, ctxLen, con
 		p.State = "failed"
 	}
 	p.Status = StatusValid
+	if errors.Is(err, ErrInterrupted) {
+		// Cut short by the caller: not a measurement of the cell.
+		p.State, p.Status, p.Note = StateInterrupted, StatusNotRun, "interrupted"
+		return p, recs, err
+	}
 	var why []string
 	if maxRun > 0 && conc > maxRun {
 		why = append(why, fmt.Sprintf("%d requests > server max running %d", conc, maxRun))

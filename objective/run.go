@@ -52,6 +52,19 @@ func (o Options) progress(format string, args ...any) {
 // ErrHang reports that no token arrived for the hang timeout while requests were in flight.
 var ErrHang = errors.New("no token progress")
 
+// ErrInterrupted is the cause to cancel Run's context with
+// (context.WithCancelCause) when the user stopped the run (Ctrl-C): the
+// point it cuts short is marked StateInterrupted instead of failed, its
+// requests cut short count neither as completed nor as failed, the overall
+// audit leaves it out, and Run's error wraps ErrInterrupted. Any other
+// cancellation (a server that died) fails the point as before.
+var ErrInterrupted = errors.New("interrupted")
+
+// interrupted reports whether ctx was cancelled with ErrInterrupted.
+func interrupted(ctx context.Context) bool {
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrInterrupted)
+}
+
 // ErrQuality reports that a quality gate did not pass; Result.Quality says which.
 var ErrQuality = errors.New("quality gate failed")
 
@@ -93,6 +106,9 @@ func Run(ctx context.Context, t Target, w Workload, opt Options) (*Result, error
 		if u := unreachable(t.URL, err); u != nil {
 			return res, u
 		}
+		if interrupted(ctx) {
+			return res, ErrInterrupted
+		}
 		return res, err
 	}
 	res.Model = model
@@ -106,6 +122,9 @@ func Run(ctx context.Context, t Target, w Workload, opt Options) (*Result, error
 	if na := (*NoAnswerError)(nil); errors.As(err, &na) {
 		return res, na
 	}
+	if interrupted(ctx) {
+		return res, ErrInterrupted
+	}
 	res.Server = info
 
 	var runErr error
@@ -115,20 +134,31 @@ func Run(ctx context.Context, t Target, w Workload, opt Options) (*Result, error
 	case "matrix":
 		runErr = runMatrix(ctx, c, model, w, opt, res)
 	}
-	res.finish()
+	res.finish(errors.Is(runErr, ErrInterrupted))
 	return res, runErr
 }
 
-// finish fills medians and the overall audit from the points.
-func (r *Result) finish() {
+// finish fills medians and the overall audit from the points; interrupted
+// says the caller stopped the run (ErrInterrupted).
+func (r *Result) finish(interrupted bool) {
 	r.Medians = Medians(r.Points)
-	r.Audit = OverallAudit{OK: true, Points: len(r.Points), Errors: []string{}}
-	if len(r.Points) == 0 {
+	n := 0
+	for _, p := range r.Points {
+		if p.State != StateInterrupted {
+			n++
+		}
+	}
+	r.Audit = OverallAudit{OK: true, Points: n, Errors: []string{}, Interrupted: interrupted}
+	switch {
+	case n == 0 && interrupted:
+		r.Audit = OverallAudit{Errors: []string{"interrupted before any point was measured"}, Interrupted: true}
+	case n == 0:
 		// Nothing measured (a gate failed first, say) proves nothing.
 		r.Audit = OverallAudit{Errors: []string{"no point was measured"}}
 	}
 	for _, p := range r.Points {
-		if p.Status == StatusOverCapacity || p.Status == StatusNotRun {
+		// A point the interrupt cut short is neither good nor bad.
+		if p.Status == StatusOverCapacity || p.Status == StatusNotRun || p.State == StateInterrupted {
 			continue
 		}
 		if !p.Audit.ok() {

@@ -109,14 +109,15 @@ type Point struct {
 	Concurrency int    `json:"concurrency"`
 	Repeat      int    `json:"repeat"`
 	Context     int    `json:"context,omitempty"`
-	State       string `json:"state"`            // passed | failed
+	State       string `json:"state"`            // passed | failed | interrupted (StateInterrupted); matrix: skipped
 	Status      string `json:"status,omitempty"` // matrix: Valid, Requests queued, Over capacity, Not run
 	Requested   int    `json:"requested"`
 	Issued      int    `json:"issued"`
 	Completed   int    `json:"completed"`
 	Failed      int    `json:"failed"`
-	// Cut counts matrix decode requests still running when the cell's
-	// fixed duration ended: neither completed nor failed.
+	// Cut counts requests still running when the point was stopped, neither
+	// completed nor failed: matrix decode requests at the end of the cell's
+	// fixed duration, or requests an interrupt (ErrInterrupted) cut short.
 	Cut int `json:"cut,omitempty"`
 	// Retried counts requests sent a second time, on a new connection,
 	// because their reused keep-alive connection failed before any
@@ -142,6 +143,11 @@ type Point struct {
 	// Outlier says how a repeat disagrees with its sibling repeats.
 	Outlier string `json:"outlier,omitempty"`
 }
+
+// StateInterrupted is the State of a point that the caller's interrupt
+// (ErrInterrupted) cut short: its figures cover part of its requests, so it
+// is left out of the audit and the medians.
+const StateInterrupted = "interrupted"
 
 // Median summarises the repeats at one concurrency.
 type Median struct {
@@ -210,6 +216,9 @@ type OverallAudit struct {
 	OK     bool     `json:"ok"`
 	Points int      `json:"points"`
 	Errors []string `json:"errors"` // one line per point whose flags do not all hold
+	// Interrupted says the caller stopped the run (ErrInterrupted); a point
+	// it cut short (StateInterrupted) is left out of Points and Errors.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 // ScoreSpec says which single number a study maximises.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -120,7 +121,8 @@ check is reported as skipped. A mismatch fails the point's audit.
 Progress goes to stderr; the table, or with --json the document, to stdout.
 Exit code 1 when the run failed (the server cannot be reached or does not
 answer, requests failed, no token progress, a quality gate failed, an audit
-failed), 2 for bad flags.`,
+failed), 2 for bad flags, 130 when interrupted (Ctrl-C): the points measured
+before are printed, and the one it cut short is marked interrupted.`,
 		Example: `  sgtune bench --url http://127.0.0.1:30000 --concurrency 1,16 --requests 8,32 --repeats 1
   sgtune bench --url http://127.0.0.1:30000 --quality --json > bench.json
   sgtune bench --url http://127.0.0.1:30000 --workload matrix --contexts 8192,32768 --concurrency 1,4,16 --duration 30s`,
@@ -136,12 +138,21 @@ failed), 2 for bad flags.`,
 				return badInput(err)
 			}
 			progress := func(line string) { fmt.Fprintf(a.stderr, "[%s] %s\n", time.Now().Format("15:04:05"), line) }
+			// main cancels the command's context on Ctrl-C; the run's context
+			// is cancelled then with objective.ErrInterrupted as the cause,
+			// so that the point it cuts short reads interrupted, not failed.
+			ctx, cancel := context.WithCancelCause(context.WithoutCancel(cmd.Context()))
+			defer cancel(nil)
+			defer context.AfterFunc(cmd.Context(), func() { cancel(objective.ErrInterrupted) })()
 			engine := f.engine
 			if engine == "none" {
 				engine = ""
 			}
 			if engine == "auto" {
-				ns, err := objective.MetricsNamespaces(cmd.Context(), t)
+				ns, err := objective.MetricsNamespaces(ctx, t)
+				if ctx.Err() != nil {
+					return context.Cause(ctx)
+				}
 				engine = engineFromNamespaces(ns)
 				var op *net.OpError
 				var na *objective.NoAnswerError
@@ -164,7 +175,7 @@ failed), 2 for bad flags.`,
 			if t.TokenCounter != "" {
 				progress(fmt.Sprintf("token counts: to be checked against %s (engine %s)", t.TokenCounter, engine))
 			}
-			res, runErr := objective.Run(cmd.Context(), t, w, objective.Options{Progress: progress})
+			res, runErr := objective.Run(ctx, t, w, objective.Options{Progress: progress})
 			var unreachable *objective.UnreachableError
 			var noAnswer *objective.NoAnswerError
 			switch {
@@ -173,6 +184,9 @@ failed), 2 for bad flags.`,
 				return errext.WithExitCode(unreachable, errext.Failure)
 			case errors.As(runErr, &noAnswer):
 				return errext.WithExitCode(noAnswer, errext.Failure)
+			case errors.Is(runErr, objective.ErrInterrupted) && len(res.Points) == 0 && len(res.Warmup) == 0 && res.Quality == nil:
+				// Interrupted before it sent a request: nothing to print.
+				return runErr
 			}
 			if f.asJSON {
 				doc := benchDoc{URL: t.URL, Model: res.Model, Workload: w, ReusePrompts: res.ReusePrompts, Points: res.Points,
@@ -334,7 +348,7 @@ func printBench(out io.Writer, w objective.Workload, res *objective.Result) {
 		for _, p := range res.Points {
 			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%.1f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Concurrency, p.Repeat, p.Requested, p.Completed, p.Failed,
 				p.Retried, p.OutputTokens, serverTokens(p.Audit.ServerTokens), p.OutputTokS, p.RequestsPerS, secs(p.TTFT.P50), secs(p.TTFT.P99), secs(p.Latency.P50), secs(p.Latency.P99),
-				secs(p.ITL.P50), secs(p.ITL.P99), auditWord(p.Audit))
+				secs(p.ITL.P50), secs(p.ITL.P99), auditWord(p))
 		}
 		tw.Flush()
 		if len(res.Medians) > 0 {
@@ -368,10 +382,15 @@ func printBench(out io.Writer, w objective.Workload, res *objective.Result) {
 	if line := tokenCheckLine(res.Points); line != "" {
 		fmt.Fprintln(out, line)
 	}
-	if res.Audit.OK {
-		fmt.Fprintf(out, "audit: ok (%d points)\n", res.Audit.Points)
-	} else {
-		fmt.Fprintf(out, "audit: FAILED\n  %s\n", strings.Join(res.Audit.Errors, "\n  "))
+	switch a := res.Audit; {
+	case a.OK && a.Interrupted:
+		fmt.Fprintf(out, "audit: ok (%d points; the run was interrupted)\n", a.Points)
+	case a.OK:
+		fmt.Fprintf(out, "audit: ok (%d points)\n", a.Points)
+	case a.Interrupted && a.Points == 0:
+		fmt.Fprintln(out, "audit: none (interrupted before any point was measured)")
+	default:
+		fmt.Fprintf(out, "audit: FAILED\n  %s\n", strings.Join(a.Errors, "\n  "))
 	}
 }
 
@@ -463,8 +482,12 @@ func tokenCheckLine(points []objective.Point) string {
 	return line
 }
 
-func auditWord(a objective.Audit) string {
-	if a.OK() {
+// auditWord is the table cell of a point's audit.
+func auditWord(p objective.Point) string {
+	switch {
+	case p.State == objective.StateInterrupted:
+		return "interrupted"
+	case p.Audit.OK():
 		return "ok"
 	}
 	return "FAILED"

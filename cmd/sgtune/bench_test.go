@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -200,6 +203,106 @@ func TestBenchURLForms(t *testing.T) {
 			}
 			if doc.URL != tt.want || doc.Model != "fake/model" || doc.Engine != "sglang" || !doc.Audit.OK {
 				t.Errorf("url %q model %q engine %q audit %+v; want url %q, fake/model, sglang (from /metrics), audit ok", doc.URL, doc.Model, doc.Engine, doc.Audit, tt.want)
+			}
+		})
+	}
+}
+
+// stallFrom serves fakesse, except that chat request number from (1-based)
+// and every later one stall until the client goes away; stalled is closed
+// when the first of them arrives.
+type stallFrom struct {
+	srv     *fakesse.Server
+	from    int64
+	n       atomic.Int64
+	once    sync.Once
+	stalled chan struct{}
+}
+
+func (s *stallFrom) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/v1/chat/completions" && s.n.Add(1) >= s.from {
+		// With the body read, the server sees the client go away.
+		io.Copy(io.Discard, r.Body)
+		s.once.Do(func() { close(s.stalled) })
+		<-r.Context().Done()
+		return
+	}
+	s.srv.ServeHTTP(w, r)
+}
+
+// TestBenchInterruptedPoint: Ctrl-C during a point exits 130 and marks that
+// point interrupted: its cut request counts neither as completed nor as
+// failed, the audit leaves it out instead of failing on all_requested, and
+// the JSON error says interrupted (it said failed, 'audit: FAILED
+// [all_requested]' and '...: context canceled').
+func TestBenchInterruptedPoint(t *testing.T) {
+	tests := []struct {
+		name       string
+		from       int64 // the first chat request that stalls
+		wantPoints []string
+		wantAudit  string // the JSON audit, compacted
+		wantError  string
+		wantTable  []string
+	}{
+		{"second repeat", 3, []string{"passed", "interrupted"}, `{"ok":true,"points":1,"errors":[],"interrupted":true}`,
+			"concurrency 1 repeat 2: interrupted", []string{"interrupted\n", "audit: ok (1 points; the run was interrupted)"}},
+		{"first repeat", 1, []string{"interrupted"}, `{"ok":false,"points":0,"errors":["interrupted before any point was measured"],"interrupted":true}`,
+			"concurrency 1 repeat 1: interrupted", []string{"interrupted\n", "audit: none (interrupted before any point was measured)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run := func(extra ...string) (int, string, string) {
+				h := &stallFrom{srv: &fakesse.Server{}, from: tt.from, stalled: make(chan struct{})}
+				ts := httptest.NewServer(h)
+				defer ts.Close()
+				interrupts := make(chan os.Signal, 1)
+				var out, errb bytes.Buffer
+				a := &app{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }, interrupts: interrupts}
+				done := make(chan int)
+				go func() { // ends when bench does, after the interrupt
+					done <- a.execute(context.Background(), append([]string{"bench", "--url", ts.URL, "--concurrency", "1", "--requests", "2",
+						"--repeats", "2", "--max-tokens", "3", "--warmup=false"}, extra...))
+				}()
+				<-h.stalled
+				interrupts <- os.Interrupt
+				return <-done, out.String(), errb.String()
+			}
+			code, out, errs := run("--json")
+			if code != exitInterrupted || !strings.HasSuffix(errs, "sgtune: interrupted\n") {
+				t.Errorf("exit %d, want %d; stderr %s", code, exitInterrupted, errs)
+			}
+			var doc benchDoc
+			if err := json.Unmarshal([]byte(out), &doc); err != nil {
+				t.Fatalf("bench --json: %v\n%s", err, out)
+			}
+			var states []string
+			for _, p := range doc.Points {
+				states = append(states, p.State)
+			}
+			if fmt.Sprint(states) != fmt.Sprint(tt.wantPoints) {
+				t.Errorf("point states %v, want %v", states, tt.wantPoints)
+			}
+			if last := doc.Points[len(doc.Points)-1]; last.Failed != 0 || last.Cut != 1 || last.Completed != 0 || last.Audit.ServerTokens != nil {
+				t.Errorf("interrupted point: failed %d cut %d completed %d token check %+v; want 0, 1, 0 and none", last.Failed, last.Cut, last.Completed, last.Audit.ServerTokens)
+			}
+			var raw struct{ Audit json.RawMessage }
+			json.Unmarshal([]byte(out), &raw)
+			var audit bytes.Buffer
+			json.Compact(&audit, raw.Audit)
+			if audit.String() != tt.wantAudit {
+				t.Errorf("audit %s, want %s", audit.String(), tt.wantAudit)
+			}
+			if doc.Error != tt.wantError {
+				t.Errorf("error %q, want %q", doc.Error, tt.wantError)
+			}
+			code, out, _ = run()
+			if code != exitInterrupted || strings.Contains(out, "FAILED") {
+				t.Errorf("exit %d, want %d, and no FAILED in the table:\n%s", code, exitInterrupted, out)
+			}
+			for _, w := range tt.wantTable {
+				if !strings.Contains(out, w) {
+					t.Errorf("table lacks %q:\n%s", w, out)
+				}
 			}
 		})
 	}
