@@ -75,6 +75,24 @@ func counterEngines() []string {
 	return out
 }
 
+// counterHelp lists, one line each, the engines' generated-token counters
+// for bench --help, from the engine registry (the help named SGLang's and
+// llama.cpp's only, while vLLM's was used too).
+func counterHelp() string {
+	var lines []string
+	for _, e := range engine.All() {
+		if e.Metrics.GenerationTokens == "" {
+			continue
+		}
+		line := fmt.Sprintf("  --engine %s: %s", e.Name, e.Metrics.GenerationTokens)
+		if e.MetricsFlag != "" {
+			line += fmt.Sprintf(" (the server needs %s)", e.MetricsFlag)
+		}
+		lines = append(lines, line)
+	}
+	return strings.Join(lines, "\n")
+}
+
 // benchDoc is `sgtune bench --json`: DESIGN.md's document with the seed's
 // field names.
 type benchDoc struct {
@@ -113,10 +131,10 @@ are skipped as "Over capacity").
 
 Each measured chat point's output tokens are checked against the server's
 own generated-token counter on /metrics (its rise over the point):
-sglang:generation_tokens_total for SGLang (--enable-metrics),
-llamacpp:tokens_predicted_total for llama-server (--metrics). --engine auto
-picks the engine from the metric names /metrics lists; without metrics the
-check is reported as skipped. A mismatch fails the point's audit.
+` + counterHelp() + `
+--engine auto picks the engine from the metric names /metrics lists; without
+metrics, or with --engine none, the check is reported as skipped. A mismatch
+fails the point's audit.
 
 Progress goes to stderr; the table, or with --json the document, to stdout.
 Exit code 1 when the run failed (the server cannot be reached or does not
@@ -236,7 +254,7 @@ before are printed, and the one it cut short is marked interrupted.`,
 	fl.DurationVar(&f.duration, "duration", 30*time.Second, "matrix: sustained decode time per cell")
 	fl.IntVar(&f.maxOutput, "max-output", 4096, "matrix: max output tokens per decode request")
 	fl.BoolVar(&f.asJSON, "json", false, "print the result document as JSON")
-	fl.StringVar(&f.engine, "engine", "auto", "engine whose generated-token counter checks the token counts: auto (from /metrics), sglang, llamacpp or none")
+	fl.StringVar(&f.engine, "engine", "auto", fmt.Sprintf("engine whose generated-token counter checks the token counts: auto (from /metrics), none (no check) or one of %s", strings.Join(counterEngines(), ", ")))
 	return cmd
 }
 

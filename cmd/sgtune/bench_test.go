@@ -12,7 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/objective"
 	"github.com/sgtune/sgtune/objective/fakesse"
 )
@@ -305,6 +308,63 @@ func TestBenchInterruptedPoint(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBenchHelpAndReadmeNameEngines: bench --help and the README's command
+// table name every --engine value the code takes (auto, none and each
+// engine with a generated-token counter), and the help names each engine's
+// counter. The help left out vllm and its counter, the README none.
+func TestBenchHelpAndReadmeNameEngines(t *testing.T) {
+	want := append([]string{"auto", "none"}, counterEngines()...)
+	slices.Sort(want)
+	var out, errb bytes.Buffer
+	a := &app{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	if code := a.execute(context.Background(), []string{"bench", "--help"}); code != exitOK {
+		t.Fatalf("bench --help: exit %d: %s", code, errb.String())
+	}
+	help := out.String()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `sgtune bench .*$").FindString(string(readme))
+	engineRE := regexp.MustCompile(`--engine ([a-z\\|]+)`)
+	flagLine := regexp.MustCompile(`(?m)^\s+--engine string .*$`).FindString(help)
+	tests := []struct {
+		name, text string
+		values     func(string) []string
+	}{
+		{"README bench row", row, func(s string) []string {
+			m := engineRE.FindStringSubmatch(s)
+			if m == nil {
+				return nil
+			}
+			return strings.Split(m[1], `\|`)
+		}},
+		{"--engine flag help", flagLine, func(s string) []string {
+			var got []string
+			for _, v := range want {
+				if regexp.MustCompile(`\b` + v + `\b`).MatchString(s) {
+					got = append(got, v)
+				}
+			}
+			return got
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.values(tt.text)
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Errorf("names --engine values %v, want %v:\n%s", got, want, tt.text)
+			}
+		})
+	}
+	for _, e := range engine.All() {
+		if c := e.Metrics.GenerationTokens; c != "" && !strings.Contains(help, "--engine "+e.Name+": "+c) {
+			t.Errorf("bench --help does not name %s's counter %s:\n%s", e.Name, c, help)
+		}
 	}
 }
 
