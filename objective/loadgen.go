@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
+	"net/http"
 	"net/http/httptrace"
 	"strings"
 	"sync"
@@ -163,6 +165,11 @@ func (c *client) stream(ctx context.Context, body []byte, w *watch, collect bool
 		}
 		if err != nil {
 			rec.Error = errText(ctx, err)
+			if why := notEventStream(resp.Header); why != "" && rec.Chunks == 0 && ctx.Err() == nil {
+				// An HTML page or a whole JSON answer: say so, not that
+				// the stream lacked its [DONE].
+				rec.Error = why
+			}
 			rec.Latency = now.Sub(start).Seconds()
 			break
 		}
@@ -228,6 +235,25 @@ func (c *client) stream(ctx context.Context, body []byte, w *watch, collect bool
 		rec.ITLMean = s / float64(len(out.itls))
 	}
 	return out
+}
+
+// notEventStream says why an answer whose stream could not be read is not
+// an event stream, from its Content-Type; "" when it claims to be one or
+// names no type (a server may send a stream with the wrong type, so the
+// type alone fails nothing).
+func notEventStream(h http.Header) string {
+	ct := h.Get("Content-Type")
+	if ct == "" {
+		return ""
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && mt == "text/event-stream" {
+		return ""
+	}
+	if err == nil {
+		ct = mt
+	}
+	return fmt.Sprintf("the server answered with Content-Type %s, not an event stream (text/event-stream)", ct)
 }
 
 // errText prefers the context's cause (hang, server died) over the

@@ -368,6 +368,45 @@ func TestBenchHelpAndReadmeNameEngines(t *testing.T) {
 	}
 }
 
+// TestBenchNotEventStream: a chat answer that is not an event stream fails
+// its request naming the Content-Type (it said 'stream ended without
+// [DONE]'); a truncated event stream still says that.
+func TestBenchNotEventStream(t *testing.T) {
+	tests := []struct {
+		name, contentType, body, want string
+	}{
+		{"html page", "text/html; charset=utf-8", "<html><body>Sign in</body></html>",
+			"1 of 1 requests failed: the server answered with Content-Type text/html, not an event stream (text/event-stream)"},
+		{"whole JSON answer", "application/json", `{"choices":[{"message":{"content":"hi"}}]}`,
+			"1 of 1 requests failed: the server answered with Content-Type application/json, not an event stream (text/event-stream)"},
+		{"truncated event stream", "text/event-stream", "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n",
+			"1 of 1 requests failed: stream ended without [DONE]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := &fakesse.Server{}
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/v1/chat/completions" {
+					srv.ServeHTTP(w, r)
+					return
+				}
+				w.Header().Set("Content-Type", tt.contentType)
+				io.WriteString(w, tt.body)
+			}))
+			defer ts.Close()
+			var out, errb bytes.Buffer
+			a := &app{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+			code := a.execute(context.Background(), []string{"bench", "--url", ts.URL, "--concurrency", "1", "--requests", "1", "--repeats", "1"})
+			if code != exitFailure {
+				t.Errorf("exit %d, want %d", code, exitFailure)
+			}
+			if want := "sgtune: bench: warm-up at concurrency 1: " + tt.want + "\n"; !strings.HasSuffix(errb.String(), want) {
+				t.Errorf("stderr %q, want it to end in %q", errb.String(), want)
+			}
+		})
+	}
+}
+
 // TestBenchTokenCheck: the engine is told by /metrics (fakesse serves
 // sglang: metrics) or by --engine, and a server counter that disagrees with
 // the client's count fails the audit and the command.
