@@ -520,9 +520,6 @@ func startSim(t *testing.T, args ...string) string {
 	}
 }
 
-// TestBenchAgainstSimulator runs `sgtune bench --json --quality` against
-// the real simulator binary: every point's audit holds, completed equals
-// requested, and a healthy server passes 24/24 and 8/8.
 // TestBenchUnreachable: a URL nothing listens on gives the connection
 // error alone on stderr, nothing on stdout, exit code 1.
 func TestBenchUnreachable(t *testing.T) {
@@ -621,6 +618,9 @@ func TestBenchNoAnswer(t *testing.T) {
 	}
 }
 
+// TestBenchAgainstSimulator runs `sgtune bench --json --quality` against
+// the real simulator binary: every point's audit holds, completed equals
+// requested, and a healthy server passes 24/24 and 8/8.
 func TestBenchAgainstSimulator(t *testing.T) {
 	if os.Getenv("SGTUNE_SKIP_SIM") != "" {
 		t.Skip("SGTUNE_SKIP_SIM set")
