@@ -90,6 +90,12 @@ const (
 	maxRetries     = 3
 )
 
+// maxUnlaunchable consecutive trials that could not be launched, though no
+// server failed (a log directory that cannot be written, a command the
+// backend cannot run), stop a GPU group: the cause is the machine's, and
+// each retry met it at once (a run queued 2,700 retries in 5 minutes).
+const maxUnlaunchable = 3
+
 type runner struct {
 	opt     Options
 	st      *space.Study
@@ -122,7 +128,10 @@ type runner struct {
 	best     *float64
 	skips    int // consecutive proposals that launched nothing
 	repeats  int // consecutive proposals that repeated a known config
-	sum      Summary
+	// unlaunchable counts consecutive trials that could not be launched
+	// for a reason that is not the server's (see maxUnlaunchable).
+	unlaunchable int
+	sum          Summary
 	// confirming: the workers run queued confirmation runs only.
 	confirming bool
 }

@@ -377,6 +377,20 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 	if err := r.record(t, out, o.result, attrs); err != nil {
 		return errors.Join(err, stopErr)
 	}
+	var failure *launcher.Failure
+	r.mu.Lock()
+	unlaunchable := err != nil && !o.interrupted && !errors.As(err, &failure)
+	if unlaunchable {
+		r.unlaunchable++
+	} else {
+		r.unlaunchable = 0
+	}
+	n := r.unlaunchable
+	r.mu.Unlock()
+	if n >= maxUnlaunchable {
+		return fmt.Errorf("%d trials in a row could not be launched, the last (trial %d): %w; fix that and run the same command again (its trials are re-run first)",
+			n, t.number, err)
+	}
 	if stopErr != nil {
 		return fmt.Errorf("GPU group %s: the server of trial %d could not be stopped cleanly: %w; no more trials run on this group",
 			gpuList(gpus), t.number, stopErr)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -221,14 +222,32 @@ func (a *app) openStudy(st *space.Study, storagePath, logDir string, parallel in
 	for _, w := range pre.Warnings {
 		fmt.Fprintf(a.stderr, "warning: %s\n", w)
 	}
+	flag := "--log-dir"
+	if logDir == "" {
+		flag, logDir = "the log directory", filepath.Join(logBase, "sgtune-logs")
+	}
+	if err := writableDir(logDir); err != nil {
+		return pre, nil, "", badInput(fmt.Errorf("%s %s: the servers' logs cannot be written there: %w; valid: a directory sgtune can create and write", flag, logDir, err))
+	}
 	store, err := storage.Open(storagePath)
 	if err != nil {
 		return pre, nil, "", fmt.Errorf("open storage: %w", err)
 	}
-	if logDir == "" {
-		logDir = filepath.Join(logBase, "sgtune-logs")
-	}
 	return pre, store, logDir, nil
+}
+
+// writableDir makes dir (as a trial's launch would) and writes a file in
+// it: a log directory that cannot take the servers' logs fails every
+// launch.
+func writableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return cmp.Or(errors.Unwrap(err), err)
+	}
+	f, err := os.CreateTemp(dir, ".sgtune-write-check-*")
+	if err != nil {
+		return cmp.Or(errors.Unwrap(err), err)
+	}
+	return errors.Join(f.Close(), os.Remove(f.Name()))
 }
 
 // storageHelp documents --storage for every command that has it.

@@ -488,6 +488,37 @@ func TestKill9Resume(t *testing.T) {
 	}
 }
 
+// TestUnwritableLogDir: a --log-dir that cannot be written is bad input
+// before anything is stored; one where a trial's log cannot be made stops
+// the run after a few trials instead of re-queueing them without end.
+func TestUnwritableLogDir(t *testing.T) {
+	buildBins(t, "sglang-sim")
+	dir := t.TempDir()
+	study := writeFile(t, dir, "s.yaml", studyYAML("logs", 100, fmt.Sprintf(twoParams, 3)))
+	db := filepath.Join(dir, "s.db")
+	file := writeFile(t, dir, "notadir", "")
+	code, out := cli(t, nil, nil, "run", study, "--storage", db, "--log-dir", file)
+	if _, err := os.Stat(db); code != exitUsage || !strings.Contains(out, "--log-dir "+file+": the servers' logs cannot be written there") || err == nil {
+		t.Errorf("--log-dir FILE: exit %d (want 2), storage created: %v\n%s", code, err == nil, out)
+	}
+
+	logs := filepath.Join(dir, "logs")
+	if err := os.Mkdir(logs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, logs, "logs", "") // where the study's trial logs would go
+	code, out = cli(t, nil, nil, "run", study, "--storage", db, "--log-dir", logs)
+	if code != exitFailure || !strings.Contains(out, "3 trials in a row could not be launched") {
+		t.Errorf("trial logs that cannot be made: exit %d, want 1 naming the cause\n%s", code, out)
+	}
+	if recs := records(t, db); len(recs) > maxUnlaunchableForTest+1 {
+		t.Errorf("%d trials stored, want at most %d: %v", len(recs), maxUnlaunchableForTest+1, states(recs))
+	}
+}
+
+// maxUnlaunchableForTest is search's maxUnlaunchable.
+const maxUnlaunchableForTest = 3
+
 // TestClosedStdoutStops closes the pipe sgtune's output goes to (`sgtune
 // run | head`) in the middle of a trial: sgtune must stop as on Ctrl-C
 // (exit 130, the trial stored interrupted, its server stopped), not die of
