@@ -301,7 +301,7 @@ func emptySchema(tx *txn) error {
 			return errors.New("no current schema: the search_path names no existing schema")
 		}
 		if n > 0 {
-			return fmt.Errorf("not an sgtune database: schema %q holds %d other tables; use an empty database, or a schema of its own (search_path=NAME in the URL)", schema.String, n)
+			return fmt.Errorf("%w: schema %q holds %d other tables; use an empty database, or a schema of its own (search_path=NAME in the URL)", ErrNotStudyDB, schema.String, n)
 		}
 		return nil
 	}
@@ -309,7 +309,7 @@ func emptySchema(tx *txn) error {
 		return err
 	}
 	if n > 0 {
-		return fmt.Errorf("not an sgtune database (it holds %d other tables)", n)
+		return fmt.Errorf("%w (it holds %d other tables)", ErrNotStudyDB, n)
 	}
 	return nil
 }

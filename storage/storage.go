@@ -102,7 +102,7 @@ func openSQLite(path string) (*Store, error) {
 		return nil, fmt.Errorf("storage: %s is not a directory", dir)
 	}
 	if st, err := os.Stat(p); err == nil && st.IsDir() {
-		return nil, fmt.Errorf("storage: %s is a directory, not a database file", p)
+		return nil, fmt.Errorf("storage: %s is a directory, not a database file (%w)", p, ErrNotStudyDB)
 	}
 
 	wdb, err := sql.Open("sqlite3", dsn(p, true))
@@ -223,10 +223,14 @@ func (s *Store) init() error {
 	return nil
 }
 
+// ErrNotStudyDB: the storage names a file or database that is not
+// sgtune's (another program's tables, a file that is not SQLite).
+var ErrNotStudyDB = errors.New("not an sgtune database")
+
 func (s *Store) openErr(err error) error {
 	var se sqlite3.Error
 	if errors.As(err, &se) && se.Code == sqlite3.ErrNotADB {
-		return fmt.Errorf("storage: %s is not an SQLite database: %w", s.path, err)
+		return fmt.Errorf("storage: %s is not an SQLite database (%w): %w", s.path, ErrNotStudyDB, err)
 	}
 	return fmt.Errorf("storage: %s: %w", s.path, err)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -326,5 +327,28 @@ func TestReadEmptyStorage(t *testing.T) {
 		if code != exitUsage || !strings.Contains(text, "is an empty file, not a study database") || err != nil || fi.Size() != 0 {
 			t.Errorf("%s on an empty file: exit %d (want 2), size %d\n%s", args[0], code, fi.Size(), text)
 		}
+	}
+}
+
+// A storage that is not a study database (a directory, a file that is not
+// SQLite) is bad input for every command, run included, and stays as it was.
+func TestNotAStorage(t *testing.T) {
+	buildBins(t, "sglang-sim") // run checks its engine command first
+	dir := t.TempDir()
+	study := writeFile(t, dir, "s.yaml", studyYAML("x", 100, fmt.Sprintf(twoParams, 1)))
+	text := writeFile(t, dir, "notes.txt", "not a database\n")
+	for _, tc := range []struct{ storage, want string }{
+		{dir, "is a directory, not a database file"},
+		{text, "is not an SQLite database"},
+	} {
+		for _, args := range [][]string{{"status"}, {"best"}, {"run", study}} {
+			code, out := cli(t, nil, nil, append(args, "--storage", tc.storage)...)
+			if code != exitUsage || !strings.Contains(out, tc.want) {
+				t.Errorf("%s --storage %s: exit %d (want 2 saying %q)\n%s", args[0], filepath.Base(tc.storage), code, tc.want, out)
+			}
+		}
+	}
+	if b, err := os.ReadFile(text); err != nil || string(b) != "not a database\n" {
+		t.Errorf("the file was changed: %q, %v", b, err)
 	}
 }

@@ -229,9 +229,9 @@ func (a *app) openStudy(st *space.Study, storagePath, logDir string, parallel in
 	if err := writableDir(logDir); err != nil {
 		return pre, nil, "", badInput(fmt.Errorf("%s %s: the servers' logs cannot be written there: %w; valid: a directory sgtune can create and write", flag, logDir, err))
 	}
-	store, err := storage.Open(storagePath)
+	store, err := openStorage(storagePath)
 	if err != nil {
-		return pre, nil, "", fmt.Errorf("open storage: %w", err)
+		return pre, nil, "", err
 	}
 	return pre, store, logDir, nil
 }
@@ -269,7 +269,7 @@ func (a *app) storageFromEnv(cmd *cobra.Command) error {
 // read never create a database.
 func openExisting(path string) (*storage.Store, error) {
 	if storage.IsPostgres(path) {
-		return storage.Open(path)
+		return openStorage(path)
 	}
 	file, err := storage.ParsePath(path)
 	if err != nil {
@@ -283,7 +283,20 @@ func openExisting(path string) (*storage.Store, error) {
 	if fi.Mode().IsRegular() && fi.Size() == 0 {
 		return nil, badInput(fmt.Errorf("storage %s is an empty file, not a study database (`sgtune run STUDY_FILE --storage %s` creates one)", path, path))
 	}
-	return storage.Open(path)
+	return openStorage(path)
+}
+
+// openStorage opens a storage; one that is not sgtune's (a directory, a
+// file that is not SQLite, another program's tables) is bad input.
+func openStorage(path string) (*storage.Store, error) {
+	store, err := storage.Open(path)
+	if errors.Is(err, storage.ErrNotStudyDB) {
+		return nil, badInput(err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open storage: %w", err)
+	}
+	return store, nil
 }
 
 // budgetFlags checks the budget flags given on the command line: each must
