@@ -1,6 +1,7 @@
 package search
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -820,4 +821,81 @@ func TestLostBudgetRaceIsUnlaunched(t *testing.T) {
 		}
 	}
 	t.Error("in 20 studies no proposal lost the race for the last launch")
+}
+
+// TestRerunsKeepTheirConfig: a confirmation run or the retry of an
+// interrupted trial launches the config of the trial it re-runs, also
+// when the study file changed the space between runs (choices reordered,
+// or the trial's value dropped). The re-run took the stored internal
+// params (a choice's index) decoded against the edited file, so another
+// config ran, and was pooled, under the original's name.
+func TestRerunsKeepTheirConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		interrupt bool
+		edit      string
+	}{
+		{"confirmation after reordered choices", false, "choices: [4, 1]"},
+		{"confirmation after the value was dropped", false, "choices: [2, 3]"},
+		{"retry after reordered choices", true, "choices: [4, 1]"},
+		{"retry after the value was dropped", true, "choices: [2, 3]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, store, _ := openFake(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			b := &fakeBackend{}
+			if tc.interrupt {
+				b.measure = func(mctx context.Context, flags string) (*objective.Result, error) {
+					cancel()
+					<-mctx.Done()
+					return nil, mctx.Err()
+				}
+			}
+			if _, err, _ := runFake(t, ctx, st, store, b, 1); err != nil {
+				t.Fatal(err)
+			}
+			doc := strings.NewReplacer("choices: [1, 4]", tc.edit, "confirm: 0}", "confirm: 2, confirm_rounds: 2}").Replace(unitStudy)
+			edited, err := space.Parse(st.Path, []byte(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum, err, _ := runFake(t, context.Background(), edited, store, &fakeBackend{}, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			byNumber := map[int]Record{}
+			for _, r := range sum.Records {
+				byNumber[r.Number] = r
+			}
+			reruns := 0
+			for _, r := range sum.Records {
+				src := cmp.Or(r.RetryOf, r.ConfirmOf)
+				if src == nil {
+					continue
+				}
+				reruns++
+				orig := byNumber[*src]
+				if r.State != StateComplete || fmt.Sprint(r.Argv) != fmt.Sprint(orig.Argv) ||
+					r.ConfigKey != orig.ConfigKey || fmt.Sprint(r.Params) != fmt.Sprint(orig.Params) {
+					t.Errorf("trial %d (%s) re-runs trial %d: launched %q with %v, want %q with %v",
+						r.Number, r.State, orig.Number, r.Argv, r.Params, orig.Argv, orig.Params)
+				}
+			}
+			if reruns == 0 {
+				t.Fatalf("no re-run: %v", states(sum.Records))
+			}
+			if tc.interrupt {
+				return
+			}
+			if sum.Winner == nil || len(sum.Winner.Runs) != 3 {
+				t.Fatalf("winner %+v", sum.Winner)
+			}
+			for _, m := range sum.Winner.Runs {
+				if got := byNumber[m.Trial].ConfigKey; got != byNumber[sum.Winner.Trial].ConfigKey {
+					t.Errorf("the winner, trial %d, pools trial %d, which ran %q", sum.Winner.Trial, m.Trial, got)
+				}
+			}
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package search
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -136,9 +137,21 @@ func (r *runner) ask() (*trialRun, error) {
 		if n, err := strconv.Atoi(sys[storage.AttrConfirmOf]); err == nil {
 			t.confirmOf = &n
 		}
+		// A retry re-runs the trial it retries (itself possibly a
+		// confirmation run); a confirmation run, its original.
+		if src := cmp.Or(t.retryOf, t.confirmOf); src != nil {
+			ok, err := r.rerun(t, *src)
+			if err != nil {
+				t.stopBeat()
+				return nil, r.abandonID(id, fmt.Errorf("trial %d: take the config of trial %d: %w", t.number, *src, err))
+			}
+			if ok {
+				return t, nil
+			}
+		}
 	} else if err := trial.CallRelativeSampler(); err != nil {
-		// A queued re-run takes its stored params (fixed_params); only a
-		// new trial asks the relative sampler.
+		// A queued trial takes its stored params (rerun, else
+		// fixed_params); only a new trial asks the relative sampler.
 		t.stopBeat()
 		return nil, r.abandonID(id, fmt.Errorf("trial %d: relative sampler: %w", t.number, err))
 	}
@@ -149,6 +162,104 @@ func (r *runner) ask() (*trialRun, error) {
 	t.label = t.params.String()
 	t.cfg, t.resolveErr = r.st.Resolve(t.params, r.learned)
 	return t, nil
+}
+
+// rerun gives a queued re-run t the config trial number launched, from
+// what that trial stored: its params, copied with their own distributions,
+// and its resolved config (flags, env), or the params resolved again when
+// it stopped before storing one. Sampling the re-run instead would decode
+// the stored internal params (a choice's index) against the study file's
+// current space, which a resumed study may have changed (choices reordered
+// or dropped): another config would run under the original's name. ok is
+// false when the trial stored no params (it stopped before sampling): the
+// re-run then samples like a new trial.
+func (r *runner) rerun(t *trialRun, number int) (ok bool, err error) {
+	trials, err := r.store.GetAllTrials(r.study.ID)
+	if err != nil {
+		return false, fmt.Errorf("read trials: %w", err)
+	}
+	i := slices.IndexFunc(trials, func(ft goptuna.FrozenTrial) bool { return ft.Number == number })
+	if i < 0 {
+		return false, fmt.Errorf("the study holds no trial %d", number)
+	}
+	src := trials[i]
+	if len(src.InternalParams) == 0 {
+		return false, nil
+	}
+	for _, name := range slices.Sorted(maps.Keys(src.InternalParams)) {
+		if err := r.store.SetTrialParam(t.id, name, src.InternalParams[name], src.Distributions[name]); err != nil {
+			return false, fmt.Errorf("store param %s: %w", name, err)
+		}
+	}
+	t.params = storedParams(r.st, src.Params)
+	t.label = t.params.String()
+	js := src.UserAttrs[storage.AttrConfig]
+	if js == "" {
+		t.cfg, t.resolveErr = r.st.Resolve(t.params, r.learned)
+		if t.resolveErr != nil {
+			t.resolveErr = fmt.Errorf("trial %d's params do not fit the study's space any more, so it is not run again: %w", number, t.resolveErr)
+		}
+		return true, nil
+	}
+	var cfg space.Config
+	if err := json.Unmarshal([]byte(js), &cfg); err != nil {
+		return false, fmt.Errorf("stored config: %w", err)
+	}
+	cfg.Params = t.params
+	t.cfg = &cfg
+	return true, nil
+}
+
+// storedParams types a stored trial's params (goptuna's external form) as
+// the space's Suggest would (a bool's "true" becomes true), whatever
+// domains the study file gives them now; a value that does not replay (a
+// param the file dropped or retyped) stays as stored.
+func storedParams(st *space.Study, stored map[string]any) space.Params {
+	p := space.Params(maps.Clone(stored))
+	if typed, err := st.Suggest(replay(stored)); err == nil {
+		maps.Copy(p, typed)
+	}
+	return p
+}
+
+// replay is a space.Suggester that answers with stored values.
+type replay map[string]any
+
+func (rp replay) float(name string) (float64, error) {
+	switch v := rp[name].(type) {
+	case float64:
+		return v, nil
+	case int:
+		return float64(v), nil
+	}
+	return 0, fmt.Errorf("param %s: stored %v is not a number", name, rp[name])
+}
+
+// SuggestStepInt implements space.Suggester.
+func (rp replay) SuggestStepInt(name string, _, _, _ int) (int, error) {
+	if v, ok := rp[name].(int); ok {
+		return v, nil
+	}
+	return 0, fmt.Errorf("param %s: stored %v is not an int", name, rp[name])
+}
+
+// SuggestFloat implements space.Suggester.
+func (rp replay) SuggestFloat(name string, _, _ float64) (float64, error) { return rp.float(name) }
+
+// SuggestLogFloat implements space.Suggester.
+func (rp replay) SuggestLogFloat(name string, _, _ float64) (float64, error) { return rp.float(name) }
+
+// SuggestDiscreteFloat implements space.Suggester.
+func (rp replay) SuggestDiscreteFloat(name string, _, _, _ float64) (float64, error) {
+	return rp.float(name)
+}
+
+// SuggestCategorical implements space.Suggester.
+func (rp replay) SuggestCategorical(name string, _ []string) (string, error) {
+	if v, ok := rp[name].(string); ok {
+		return v, nil
+	}
+	return "", fmt.Errorf("param %s: stored %v is not a choice", name, rp[name])
 }
 
 // screen stores the config of a proposal and decides whether it is
