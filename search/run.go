@@ -132,6 +132,7 @@ type runner struct {
 	// for a reason that is not the server's (see maxUnlaunchable).
 	unlaunchable int
 	sum          Summary
+	taken        int // trials this run took over from ended processes
 	// confirming: the workers run queued confirmation runs only.
 	confirming bool
 }
@@ -178,6 +179,16 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	r.emit(Event{Kind: EventStudy, Trial: -1, Text: text})
 
 	err = r.workers(ctx, groups)
+	// A process that ended after this run's workers stopped asking left its
+	// trial running: taken over now, it is re-run here, not left queued for
+	// a process that no longer exists.
+	for err == nil && ctx.Err() == nil && !r.timedOut() {
+		n := r.takeovers()
+		if err = r.reap(); err != nil || r.takeovers() == n {
+			break
+		}
+		err = r.workers(ctx, groups)
+	}
 	// The winner is declared once the search is over: its budget spent or
 	// its space exhausted, not cut short by Ctrl-C, an error or the timeout.
 	if err == nil && ctx.Err() == nil && !r.timedOut() && r.st.Budget.Confirm > 0 {
@@ -537,6 +548,45 @@ func (r *runner) resume() error {
 	if err != nil {
 		return err
 	}
+	if r.launched, err = r.store.LaunchedCount(context.Background(), r.study.ID); err != nil {
+		return fmt.Errorf("count launched trials: %w", err)
+	}
+	for _, rec := range recs {
+		if rec.State == StateComplete && rec.ScoreOK && rec.Score != nil && (r.best == nil || *rec.Score > *r.best) {
+			s := *rec.Score
+			r.best = &s
+		}
+		r.relearn(rec)
+	}
+	return nil
+}
+
+// reap takes over the study's trials whose process has ended: silent for
+// staleAfter (on any host), or gone from this host (kill -9) however
+// recently it beat. Each is queued for a re-run. It runs before every ask,
+// while a run waits for other processes' trials and before the top
+// configs are confirmed, so a process that dies while another runs the
+// study has its trial re-run by that one, not left running.
+func (r *runner) reap() error {
+	d := r.staleWindow()
+	reaped, err := r.store.ReapStale(r.study.ID, d, r.staleRetries())
+	if err != nil {
+		return fmt.Errorf("take over stale trials: %w", err)
+	}
+	for _, rp := range reaped {
+		r.tookOver(rp.TrialID, rp.Number, "no heartbeat for "+d.String())
+	}
+	return r.reapEnded()
+}
+
+// reapEnded takes over the running trials whose owner is a process of
+// this host that has ended (see ownerDead; a live owner's trial is left to
+// it), as status reports them.
+func (r *runner) reapEnded() error {
+	recs, err := Records(r.store, r.st.Name)
+	if err != nil {
+		return err
+	}
 	for _, rec := range recs {
 		if rec.State != StateRunning || !ownerDead(rec.Owner, r.host) {
 			continue
@@ -552,34 +602,14 @@ func (r *runner) resume() error {
 			r.tookOver(rec.ID, rec.Number, reason)
 		}
 	}
-	if recs, err = Records(r.store, r.st.Name); err != nil {
-		return err
-	}
-	if r.launched, err = r.store.LaunchedCount(context.Background(), r.study.ID); err != nil {
-		return fmt.Errorf("count launched trials: %w", err)
-	}
-	for _, rec := range recs {
-		if rec.State == StateComplete && rec.ScoreOK && rec.Score != nil && (r.best == nil || *rec.Score > *r.best) {
-			s := *rec.Score
-			r.best = &s
-		}
-		r.relearn(rec)
-	}
 	return nil
 }
 
-// reap takes over the study's trials whose process has been silent for
-// staleAfter (on any host), queueing each for a re-run.
-func (r *runner) reap() error {
-	d := r.staleWindow()
-	reaped, err := r.store.ReapStale(r.study.ID, d, r.staleRetries())
-	if err != nil {
-		return fmt.Errorf("take over stale trials: %w", err)
-	}
-	for _, rp := range reaped {
-		r.tookOver(rp.TrialID, rp.Number, "no heartbeat for "+d.String())
-	}
-	return nil
+// takeovers is how many trials this run took over so far.
+func (r *runner) takeovers() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.taken
 }
 
 // staleWindow is the study's launch.stale_after (staleAfter when unset).
@@ -602,6 +632,9 @@ func (r *runner) staleRetries() int {
 // server left behind: Pdeathsig takes a server down with its tuner, but not
 // every engine's workers; a Slurm job outlives its worker and is cancelled.
 func (r *runner) tookOver(id, number int, reason string) {
+	r.mu.Lock()
+	r.taken++
+	r.mu.Unlock()
 	r.trialEvent(EventNote, number, "taken over: %s; queued to run again", reason)
 	if r.st.Slurmed() {
 		r.cancelLeftoverJob(id, number)

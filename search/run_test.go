@@ -289,6 +289,104 @@ func TestResumeTakesOverDeadOwner(t *testing.T) {
 	}
 }
 
+// TestRunTakesOverOwnerThatEnds: a trial whose process is alive when the
+// run starts is left to it; once that process ends (kill -9, its
+// heartbeat still fresh) while the run goes on, the run takes the trial
+// over and re-runs it, then confirms and declares the winner, instead of
+// ending with the trial running and saying another process finishes the
+// study.
+func TestRunTakesOverOwnerThatEnds(t *testing.T) {
+	st, store, _ := openFake(t, "budget: {trials: 6, sampler: random, seed: 3, confirm: 0}", "budget: {trials: 2, sampler: random, seed: 3, confirm: 1}")
+	study, err := store.LoadOrCreateStudy(st.Name, goptuna.StudyDirectionMaximize, goptuna.StudyOptionStorage(store),
+		goptuna.StudyOptionLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := store.CreateNewTrial(study.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trial := &goptuna.Trial{Study: study, ID: id}
+	if _, err := trial.SuggestCategorical("ep", []string{"1", "4"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trial.SuggestStepInt("slots", 64, 512, 64); err != nil {
+		t.Fatal(err)
+	}
+	// The owner: a live process of this host, ended by the first launch.
+	owner := exec.Command("sleep", "600")
+	if err := owner.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var endOnce sync.Once
+	end := func() {
+		endOnce.Do(func() {
+			owner.Process.Kill()
+			owner.Wait()
+		})
+	}
+	t.Cleanup(end)
+	if err := store.SetTrialSystemAttr(id, storage.AttrOwner, fmt.Sprintf("%s:%d", hostname(), owner.Process.Pid)); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := store.ClaimLaunch(context.Background(), id, 2); err != nil || !ok {
+		t.Fatalf("claim the owner's launch: %v %v", ok, err)
+	}
+	orphan, err := store.GetTrial(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var aliveState string
+	b := &fakeBackend{}
+	b.measure = func(ctx context.Context, flags string) (*objective.Result, error) {
+		b.mu.Lock()
+		first := len(b.launches) == 1
+		b.mu.Unlock()
+		if first {
+			recs, err := Records(store, st.Name)
+			if err != nil {
+				return nil, err
+			}
+			aliveState = recs[0].State
+			end()
+		}
+		return result(4, tokS(flags), 0.1), nil
+	}
+	sum, err, evs := runFake(t, context.Background(), st, store, b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if aliveState != StateRunning {
+		t.Errorf("trial 0 was %s while its owner was alive, want it left running", aliveState)
+	}
+	c := states(sum.Records)
+	if c[StateRunning] != 0 || c[StateWaiting] != 0 {
+		t.Fatalf("the run ended with trials running or waiting: %v", c)
+	}
+	recs := sum.Records
+	if recs[0].State != StateInterrupted || !strings.Contains(recs[0].Reason, "stopped without finishing") {
+		t.Errorf("trial 0: %s %q, want interrupted: its owner stopped", recs[0].State, recs[0].Reason)
+	}
+	rerun := false
+	for _, rec := range recs {
+		if rec.RetryOf != nil && *rec.RetryOf == 0 && rec.State == StateComplete && fmt.Sprint(rec.Params) == fmt.Sprint(orphan.Params) {
+			rerun = true
+		}
+	}
+	if !rerun {
+		t.Errorf("trial 0 was not re-run with its params %v: %+v", orphan.Params, recs)
+	}
+	if sum.Winner == nil {
+		t.Error("no winner declared")
+	}
+	for _, ev := range evs {
+		if strings.Contains(ev.Text, "other processes") {
+			t.Errorf("said %q with no other process alive", ev.Text)
+		}
+	}
+}
+
 // TestStoreFailureEndsTrial: a trial whose end cannot be stored (a NaN
 // score is refused) is ended as interrupted with the reason, queued again,
 // and the run reports the error instead of dropping it.
