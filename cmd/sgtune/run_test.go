@@ -415,6 +415,24 @@ func TestParallelTrials(t *testing.T) {
 	}
 }
 
+// startRun starts `sgtune run study --storage db` from bin as a process,
+// its stderr to stderr, and returns it with its stdout; the test's cleanup
+// kills it.
+func startRun(t *testing.T, bin, study, db string, stderr io.Writer) (*exec.Cmd, io.ReadCloser) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(bin, "sgtune"), "run", study, "--storage", db)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, stdout
+}
+
 // TestKill9Resume kills sgtune with SIGKILL in the middle of a trial: its
 // server must die with it, and the next run must re-run the trial and keep
 // every completed one.
@@ -424,16 +442,7 @@ func TestKill9Resume(t *testing.T) {
 	study := writeFile(t, dir, "s.yaml", studyYAML("kill9", 100, fmt.Sprintf(twoParams, 3)))
 	db := filepath.Join(dir, "s.db")
 
-	cmd := exec.Command(filepath.Join(bin, "sgtune"), "run", study, "--storage", db)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd, stdout := startRun(t, bin, study, db, os.Stderr)
 	sc := bufio.NewScanner(stdout)
 	var seen strings.Builder
 	for sc.Scan() {
@@ -529,23 +538,15 @@ func TestClosedStdoutStops(t *testing.T) {
 	study := writeFile(t, dir, "s.yaml", studyYAML("pipe", 100, fmt.Sprintf(twoParams, 3)))
 	db := filepath.Join(dir, "s.db")
 
-	cmd := exec.Command(filepath.Join(bin, "sgtune"), "run", study, "--storage", db)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd, stdout := startRun(t, bin, study, db, &stderr)
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() && !strings.Contains(sc.Text(), "trial 0 ready") {
 	}
 	stdout.Close() // the reader is gone: the next line sgtune writes breaks the pipe
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	var err error
 	select {
 	case err = <-done:
 	case <-time.After(2 * time.Minute):
