@@ -365,7 +365,10 @@ func (r *runner) worker(ctx context.Context, gpus []int) error {
 		}
 		if !r.confirming {
 			if r.timedOut() {
-				r.note("timeout reached: no new trials")
+				r.mu.Lock()
+				left := max(r.budget-r.launched, 0)
+				r.mu.Unlock()
+				r.note("timeout reached: no new trials; %d of the budget's %d launches are left, and the same command goes on with them (the winner is declared when the budget is spent)", left, r.budget)
 				return nil
 			}
 			done, err := r.exhausted()

@@ -711,8 +711,8 @@ func TestTimeoutStopsLaunching(t *testing.T) {
 	if len(recs) != 1 || recs[0].State != search.StateComplete {
 		t.Fatalf("want exactly the first trial, complete; got %v\n%s", states(recs), out)
 	}
-	if !strings.Contains(out, "timeout reached") {
-		t.Errorf("no word of the timeout:\n%s", out)
+	if !strings.Contains(out, "timeout reached: no new trials; 9 of the budget's 10 launches are left, and the same command goes on with them") {
+		t.Errorf("no word of the timeout and what to do next:\n%s", out)
 	}
 }
 
