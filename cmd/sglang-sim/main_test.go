@@ -79,7 +79,9 @@ func start(t *testing.T, args ...string) *proc {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	scanned := make(chan struct{})
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
@@ -91,6 +93,10 @@ func start(t *testing.T, args ...string) *proc {
 	go func() {
 		err := p.cmd.Wait()
 		pw.Close()
+		// Wait returns once the output is read from the pipe, maybe before
+		// the scanner has added its last lines to the log: done means the
+		// whole log is there.
+		<-scanned
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
 			p.code = ee.ExitCode()
