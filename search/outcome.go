@@ -54,6 +54,9 @@ type outcome struct {
 	// Retry: the trial did not finish through no fault of its config; a
 	// copy is queued and run first.
 	Retry bool
+	// Unlaunchable: the launch itself failed though no server did (a log
+	// directory it cannot write); see maxUnlaunchable.
+	Unlaunchable bool
 	// Line is the progress line, without "trial N".
 	Line string
 }
@@ -73,6 +76,7 @@ func decide(o observed, spec objective.ScoreSpec) outcome {
 	case o.startErr != nil:
 		out := interrupted(o.startErr.Error())
 		out.Line = "could not be launched: " + o.startErr.Error() + "; it will be retried"
+		out.Unlaunchable = true
 		return out
 	case o.limits != "":
 		return outcome{State: StateFailed, Final: goptuna.TrialStatePruned, Class: ClassLimitsReduced,

@@ -69,6 +69,9 @@ func TestDecide(t *testing.T) {
 			if out.Line == "" {
 				t.Error("no progress line")
 			}
+			if want := tc.name == "launch error without a failure"; out.Unlaunchable != want {
+				t.Errorf("unlaunchable %v, want %v", out.Unlaunchable, want)
+			}
 			if out.State == StateFailed && out.Reason == "" {
 				t.Error("a failure without a reason")
 			}

@@ -488,10 +488,8 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 	if err := r.record(t, out, o.result, attrs); err != nil {
 		return errors.Join(err, stopErr)
 	}
-	var failure *launcher.Failure
 	r.mu.Lock()
-	unlaunchable := err != nil && !o.interrupted && !errors.As(err, &failure)
-	if unlaunchable {
+	if out.Unlaunchable {
 		r.unlaunchable++
 	} else {
 		r.unlaunchable = 0
