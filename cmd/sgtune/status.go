@@ -269,6 +269,10 @@ func notDeployable(rec search.Record) string {
 	return ""
 }
 
+// maxExportBytes bounds the size of a file writeExecutable reads to see
+// whether an earlier export wrote it.
+const maxExportBytes = 1 << 20
+
 // writeExecutable writes b to path through a temporary file and a rename:
 // an existing script is replaced whole or not at all. Only a file an
 // earlier export wrote is replaced: -o sgtune.db would have put a script
@@ -277,9 +281,13 @@ func writeExecutable(path string, b []byte) error {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return badInput(fmt.Errorf("-o %s is a directory: give the script's file name, e.g. %s", path, filepath.Join(path, "best-launch.sh")))
 	} else if err == nil {
-		old, err := os.ReadFile(path)
-		if err != nil {
-			return fmt.Errorf("-o %s: %w", path, err)
+		// An export is a few KB: a larger file (a study database given as
+		// -o) is not read whole to find that out.
+		var old []byte
+		if fi.Size() <= maxExportBytes {
+			if old, err = os.ReadFile(path); err != nil {
+				return fmt.Errorf("-o %s: %w", path, err)
+			}
 		}
 		if !report.IsExport(old) {
 			return badInput(fmt.Errorf("-o %s exists and is not an earlier sgtune export; nothing written: give a new file name, or remove the file first", path))
