@@ -274,10 +274,7 @@ func (r *runner) confirm(ctx context.Context, groups [][]int) error {
 // after taking over those whose process died; recs are the study's
 // trials as it read them.
 func (r *runner) unfinished(of func(Record) bool) (n int, recs []Record, err error) {
-	if err := r.reap(); err != nil {
-		return 0, nil, err
-	}
-	if recs, err = Records(r.store, r.st.Name); err != nil {
+	if recs, err = r.reap(); err != nil {
 		return 0, nil, err
 	}
 	for _, rec := range recs {

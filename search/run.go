@@ -184,7 +184,7 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	// a process that no longer exists.
 	for err == nil && ctx.Err() == nil && !r.timedOut() {
 		n := r.takeovers()
-		if err = r.reap(); err != nil || r.takeovers() == n {
+		if _, err = r.reap(); err != nil || r.takeovers() == n {
 			break
 		}
 		err = r.workers(ctx, groups)
@@ -385,7 +385,7 @@ func (r *runner) worker(ctx context.Context, gpus []int) error {
 			}
 			// Every ask first takes over trials whose process went silent,
 			// so a dead worker's trial is re-run while the study goes on.
-			if err := r.reap(); err != nil {
+			if _, err := r.reap(); err != nil {
 				return err
 			}
 			left, err := r.budgetLeft(ctx)
@@ -429,10 +429,7 @@ func (r *runner) drain(ctx context.Context) (more bool, err error) {
 	every := min(5*time.Second, r.staleWindow()/4)
 	noted := false
 	for {
-		if err := r.reap(); err != nil {
-			return false, err
-		}
-		recs, err := Records(r.store, r.st.Name)
+		recs, err := r.reap()
 		if err != nil {
 			return false, err
 		}
@@ -544,10 +541,7 @@ func (r *runner) waiting() (int, error) {
 // atomic API, kills servers they left behind, and relearns what the
 // study's earlier startups taught.
 func (r *runner) resume() error {
-	if err := r.reap(); err != nil {
-		return err
-	}
-	recs, err := Records(r.store, r.st.Name)
+	recs, err := r.reap()
 	if err != nil {
 		return err
 	}
@@ -570,11 +564,13 @@ func (r *runner) resume() error {
 // while a run waits for other processes' trials and before the top
 // configs are confirmed, so a process that dies while another runs the
 // study has its trial re-run by that one, not left running.
-func (r *runner) reap() error {
+// It returns the study's trials as they are after the takeovers, for the
+// callers that go on to read them.
+func (r *runner) reap() ([]Record, error) {
 	d := r.staleWindow()
 	reaped, err := r.store.ReapStale(r.study.ID, d, r.staleRetries())
 	if err != nil {
-		return fmt.Errorf("take over stale trials: %w", err)
+		return nil, fmt.Errorf("take over stale trials: %w", err)
 	}
 	for _, rp := range reaped {
 		r.tookOver(rp.TrialID, rp.Number, "no heartbeat for "+d.String())
@@ -584,12 +580,14 @@ func (r *runner) reap() error {
 
 // reapEnded takes over the running trials whose owner is a process of
 // this host that has ended (see ownerDead; a live owner's trial is left to
-// it), as status reports them.
-func (r *runner) reapEnded() error {
+// it), as status reports them, and returns the study's trials after that
+// (read again only when it took one over).
+func (r *runner) reapEnded() ([]Record, error) {
 	recs, err := Records(r.store, r.st.Name)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	took := false
 	for _, rec := range recs {
 		if rec.State != StateRunning || !ownerDead(rec.Owner, r.host) {
 			continue
@@ -600,12 +598,16 @@ func (r *runner) reapEnded() error {
 			state, retry = StateFailed, false
 		}
 		if _, ended, err := r.store.InterruptTrial(rec.ID, state, reason, retry); err != nil {
-			return fmt.Errorf("take over trial %d: %w", rec.Number, err)
+			return nil, fmt.Errorf("take over trial %d: %w", rec.Number, err)
 		} else if ended {
 			r.tookOver(rec.ID, rec.Number, reason)
+			took = true
 		}
 	}
-	return nil
+	if took {
+		return Records(r.store, r.st.Name)
+	}
+	return recs, nil
 }
 
 // takeovers is how many trials this run took over so far.
