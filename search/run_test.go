@@ -3,8 +3,10 @@ package search
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os/exec"
 	"path/filepath"
@@ -773,7 +775,8 @@ func TestConfirmRunsAreNotPruned(t *testing.T) {
 }
 
 // TestResumeRefusesChangedStudy: a study resumed from a file whose fixed
-// flags, workload or score changed would mix trials that do not compare;
+// flags, a param's or derived flag's text, workload or score changed would
+// mix trials that do not compare;
 // the run refuses (exit code 2) naming the sections, launches and writes
 // nothing. A larger budget or a wider param keeps every trial valid and
 // resumes.
@@ -803,6 +806,10 @@ func TestResumeRefusesChangedStudy(t *testing.T) {
 		{[]string{"--tp-size: 4", "--tp-size: 2"}, ": fixed changed since"},
 		{[]string{"max_tokens: 8", "max_tokens: 16", "concurrency: 4}", "concurrency: 4, slo: [{metric: ttft, percentile: p50, max_s: 1}]}"}, ": score, workload changed since"},
 		{[]string{"model: m", "model: other"}, ": model changed since"},
+		// A param's values mean the flags they pass.
+		{[]string{"flag: --ep-size}", "flag: --expert-parallel-size}"}, ": params.ep changed since"},
+		{[]string{"flag: --ep-size}", `flag: --ep-size, values: {"4": "--ep-size 4 --enable-eplb"}}`}, ": params.ep[4] changed since"},
+		{[]string{"score: {", "derived: [{flag: --speculative-num-draft-tokens, value: ep + 1}]\nscore: {"}, ": derived changed since"},
 	} {
 		b.launches = nil
 		_, err, _ := runFake(t, context.Background(), reparse(tc.replace...), store, b, 1)
@@ -816,12 +823,42 @@ func TestResumeRefusesChangedStudy(t *testing.T) {
 	if after, err := Records(store, st.Name); err != nil || len(after) != len(before) {
 		t.Fatalf("refused runs wrote trials: %d -> %d (%v)", len(before), len(after), err)
 	}
-	sum, err, _ := runFake(t, context.Background(), reparse("trials: 6", "trials: 4", "high: 512", "high: 1024"), store, b, 1)
+	sum, err, _ := runFake(t, context.Background(), reparse("trials: 6", "trials: 4", "high: 512", "high: 1024", "choices: [1, 4]", "choices: [1, 4, 8]"), store, b, 1)
 	if err != nil {
-		t.Fatalf("a larger budget and a wider param: %v", err)
+		t.Fatalf("a larger budget, a wider param and another choice: %v", err)
 	}
 	if c := states(sum.Records); c[StateComplete] != 4 {
 		t.Errorf("resumed with a larger budget: states %v, want 4 complete", c)
+	}
+	// A store whose fingerprint predates the params' sections resumes
+	// (nothing there to compare) and stores them for the next resume.
+	id, err := store.GetStudyIDFromName(st.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs, err := store.GetStudySystemAttrs(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fp map[string]string
+	if err := json.Unmarshal([]byte(attrs[storage.AttrFingerprint]), &fp); err != nil {
+		t.Fatal(err)
+	}
+	maps.DeleteFunc(fp, func(k, _ string) bool { return strings.HasPrefix(k, "params.") || k == "derived" })
+	old, err := json.Marshal(fp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetStudySystemAttr(id, storage.AttrFingerprint, string(old)); err != nil {
+		t.Fatal(err)
+	}
+	renamed := reparse("trials: 6", "trials: 5", "flag: --ep-size}", "flag: --expert-parallel-size}")
+	if _, err, _ := runFake(t, context.Background(), renamed, store, b, 1); err != nil {
+		t.Fatalf("a store without the params' fingerprint: %v", err)
+	}
+	_, err, _ = runFake(t, context.Background(), reparse("trials: 6", "trials: 5"), store, b, 1)
+	if !strings.Contains(fmt.Sprint(err), ": params.ep changed since") {
+		t.Errorf("the flag renamed back after the params' fingerprint was stored: got %v", err)
 	}
 }
 

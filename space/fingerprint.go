@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // Fingerprint returns, per section of the study file that decides what a
@@ -15,10 +16,14 @@ import (
 // it is measured under (workload) and how it is scored (score). Trials
 // measured under one fingerprint do not compare with trials measured
 // under another, so a study resumed from an edited file must not mix
-// them. What only steers the search (budget, params' ranges, constraints,
-// GPU groups, launch settings, memory hints) is left out: widening a
-// param or adding trials keeps every stored measurement valid, and each
-// trial stores the flags it ran with.
+// them. A param's value means the flags it passes, so each param's flag
+// and each choice's flag text count on their own (params.NAME and
+// params.NAME[VALUE]), as do the derived flags: a choice added or dropped
+// leaves the others' keys as they were. What only steers the search
+// (budget, params' ranges and choices, constraints, GPU groups, launch
+// settings, memory hints) is left out: widening a param or adding trials
+// keeps every stored measurement valid, and each trial stores the flags it
+// ran with.
 func (s *Study) Fingerprint() (map[string]string, error) {
 	// A file the study names counts by what it holds: its path depends on
 	// where sgtune was started and, for workers, on which host.
@@ -40,6 +45,29 @@ func (s *Study) Fingerprint() (map[string]string, error) {
 		"gpus":     struct{ PerTrial, CPUsPerTrial int }{s.GPUsPerTrial, s.CPUsPerTrial},
 		"workload": workload,
 		"score":    s.Score,
+		"derived":  s.Derived,
+	}
+	for _, p := range s.Params {
+		sections["params."+p.Name] = struct {
+			Flag, Template string
+			Flags          []string
+		}{p.Flag, p.Template, p.Flags}
+		values := p.Choices
+		if p.Type == "bool" {
+			values = []string{"true", "false"}
+		}
+		for v := range p.Values {
+			if !slices.Contains(values, v) {
+				values = append(values, v)
+			}
+		}
+		for _, v := range values {
+			text, ok := p.Values[v]
+			sections["params."+p.Name+"["+v+"]"] = struct {
+				Text string
+				Set  bool
+			}{text, ok}
+		}
 	}
 	out := make(map[string]string, len(sections))
 	for name, v := range sections {
