@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -112,6 +113,7 @@ type runner struct {
 	host   string
 	apiKey string
 	uid    string // the study's random id, part of every server's tag
+	logDir string // where its trials' logs go (see studyLogDir)
 	// spaceSize is the number of distinct configs (0 = unknown, e.g.
 	// continuous params); once every one was tried, the study is done.
 	spaceSize int
@@ -297,7 +299,72 @@ func (r *runner) open(ctx context.Context, target objective.Target) error {
 	if r.uid, err = r.studyUID(attrs); err != nil {
 		return err
 	}
+	recs, err := Records(r.store, r.st.Name)
+	if err != nil {
+		return err
+	}
+	if r.logDir, err = studyLogDir(r.opt.LogDir, r.st.Name, r.uid, len(recs) > 0); err != nil {
+		return fmt.Errorf("log dir: %w", err)
+	}
 	return r.describeStudy()
+}
+
+// studyLogMark, in a study's log directory, holds the study's random id.
+const studyLogMark = ".sgtune-study"
+
+// studyLogDir returns the directory of a study's trial logs: base/NAME, or
+// base/NAME-UID when base/NAME holds another study's logs (a second
+// database beside the first with a study of the same name, or a study
+// started again after its database was deleted), whose trial-N.log files
+// its own would overwrite. A mark file names the study that owns the
+// directory. One without a mark (written before marks) is taken by a
+// study that has trials, or when it holds no trial log.
+func studyLogDir(base, name, uid string, resumed bool) (string, error) {
+	dir := filepath.Join(base, safeName(name))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	mark := filepath.Join(dir, studyLogMark)
+	owner, err := os.ReadFile(mark)
+	switch {
+	case err == nil:
+		if strings.TrimSpace(string(owner)) == uid {
+			return dir, nil
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", err
+	default:
+		logs, err := filepath.Glob(filepath.Join(dir, "trial-*.log"))
+		if err != nil {
+			return "", err
+		}
+		logs = slices.DeleteFunc(logs, func(p string) bool {
+			fi, err := os.Lstat(p)
+			return err != nil || !fi.Mode().IsRegular()
+		})
+		if resumed || len(logs) == 0 {
+			// Written whole, then linked: a process marking at the same
+			// time never reads half a mark.
+			f, err := os.CreateTemp(dir, studyLogMark+"-*")
+			if err != nil {
+				return "", err
+			}
+			_, err = fmt.Fprintln(f, uid)
+			if err = errors.Join(err, f.Close()); err == nil {
+				err = os.Link(f.Name(), mark)
+			}
+			if rerr := os.Remove(f.Name()); err == nil {
+				return dir, rerr
+			}
+			if !errors.Is(err, fs.ErrExist) {
+				return "", err
+			}
+			// Another process marked it first: read its mark.
+			return studyLogDir(base, name, uid, resumed)
+		}
+	}
+	own := dir + "-" + uid
+	return own, os.MkdirAll(own, 0o755)
 }
 
 // workers runs one worker per GPU group until the study is done.

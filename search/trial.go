@@ -442,7 +442,7 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 	if err != nil {
 		return err
 	}
-	logPath := filepath.Join(r.opt.LogDir, safeName(r.st.Name), fmt.Sprintf("trial-%d.log", t.number))
+	logPath := filepath.Join(r.logDir, fmt.Sprintf("trial-%d.log", t.number))
 	if err := r.setAttrs(t, map[string]string{storage.AttrArgv: string(argvJSON), storage.AttrLogPath: logPath, storage.AttrGPUs: gpuCSV(gpus)}); err != nil {
 		return err
 	}

@@ -515,7 +515,11 @@ func TestUnwritableLogDir(t *testing.T) {
 	if err := os.Mkdir(logs, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, logs, "logs", "") // where the study's trial logs would go
+	for i := range 10 { // where the study's trial logs would go
+		if err := os.MkdirAll(filepath.Join(logs, "logs", fmt.Sprintf("trial-%d.log", i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	code, out = cli(t, nil, nil, "run", study, "--storage", db, "--log-dir", logs)
 	if code != exitFailure || !strings.Contains(out, "3 trials in a row could not be launched") {
 		t.Errorf("trial logs that cannot be made: exit %d, want 1 naming the cause\n%s", code, out)

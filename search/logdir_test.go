@@ -1,0 +1,105 @@
+package search
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sgtune/sgtune/storage"
+)
+
+// TestStudyLogDir: a study writes its logs to base/NAME unless another
+// study's logs are there, whose trial-N.log files it would overwrite.
+func TestStudyLogDir(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mark    string // the mark already in base/s ("" none)
+		logs    bool   // trial logs already in base/s
+		dirLog  bool   // a directory named as a trial log there
+		resumed bool
+		want    string
+	}{
+		{name: "new directory", want: "s"},
+		{name: "its own mark", mark: "aaaa", logs: true, want: "s"},
+		{name: "another study's mark", mark: "bbbb", logs: true, resumed: true, want: "s-aaaa"},
+		{name: "unmarked logs, a new study", logs: true, want: "s-aaaa"},
+		{name: "unmarked logs, a study with trials", logs: true, resumed: true, want: "s"},
+		{name: "unmarked and empty", want: "s"},
+		{name: "unmarked, no log but a directory", dirLog: true, want: "s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			dir := filepath.Join(base, "s")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if tc.mark != "" {
+				if err := os.WriteFile(filepath.Join(dir, studyLogMark), []byte(tc.mark+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.logs {
+				if err := os.WriteFile(filepath.Join(dir, "trial-0.log"), []byte("log\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.dirLog {
+				if err := os.Mkdir(filepath.Join(dir, "trial-0.log"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := studyLogDir(base, "s", "aaaa", tc.resumed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := filepath.Join(base, tc.want); got != want {
+				t.Errorf("got %s, want %s", got, want)
+			}
+			if fi, err := os.Stat(got); err != nil || !fi.IsDir() {
+				t.Errorf("%s: not made (%v)", got, err)
+			}
+			// The directory it took is marked as its own.
+			if tc.want == "s" {
+				if b, err := os.ReadFile(filepath.Join(dir, studyLogMark)); err != nil || strings.TrimSpace(string(b)) != "aaaa" {
+					t.Errorf("mark %q (%v), want aaaa", b, err)
+				}
+			}
+			if left, _ := filepath.Glob(filepath.Join(dir, studyLogMark+"-*")); len(left) > 0 {
+				t.Errorf("temporary marks left: %v", left)
+			}
+		})
+	}
+}
+
+// TestTwoStoresOneLogDir: two databases in one directory holding studies
+// of the same name (one log directory by default) keep their trials' logs
+// apart; before, trial 0 of the second overwrote the first's log.
+func TestTwoStoresOneLogDir(t *testing.T) {
+	st, storeA, path := openFake(t, "trials: 6", "trials: 1")
+	storeB, err := storage.Open(filepath.Join(filepath.Dir(path), "other.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { storeB.Close() })
+	logs := t.TempDir()
+	var paths []string
+	for i, store := range []*storage.Store{storeA, storeB, storeA} {
+		sum, err := Run(context.Background(), Options{Study: st, Store: store, Backend: &fakeBackend{}, LogDir: logs, Parallel: 1,
+			Trials: 1 + i/2, Getenv: func(string) string { return "" }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, sum.Records[len(sum.Records)-1].LogPath)
+	}
+	if paths[0] == paths[1] {
+		t.Errorf("both studies' trial 0 log to %s", paths[0])
+	}
+	if want := filepath.Join(logs, "unit", "trial-0.log"); paths[0] != want {
+		t.Errorf("the first study's log: got %s, want %s", paths[0], want)
+	}
+	if want := filepath.Join(logs, "unit", "trial-1.log"); paths[2] != want {
+		t.Errorf("the first study resumed: its trial 1 logs to %s, want %s", paths[2], want)
+	}
+}
