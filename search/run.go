@@ -169,14 +169,14 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	if err != nil {
 		return r.sum, err
 	}
-	text := fmt.Sprintf("study %s: %d of %d trials launched so far, %d to retry; %d worker(s)", r.st.Name, r.launched, r.budget, waiting, len(groups))
+	text := fmt.Sprintf("study %s: %d of %d trials launched so far, %d to retry; %s", r.st.Name, r.launched, r.budget, waiting, atATime(len(groups)))
 	if r.launched >= r.budget {
 		more := "a larger --trials continues the search"
 		if r.opt.Worker {
 			more = "a larger budget.trials in the study file continues the search"
 		}
-		text = fmt.Sprintf("study %s: its budget of %d trials is spent (%d launched); %d to retry; %d worker(s); %s",
-			r.st.Name, r.budget, r.launched, waiting, len(groups), more)
+		text = fmt.Sprintf("study %s: its budget of %d trials is spent (%d launched); %d to retry; %s; %s",
+			r.st.Name, r.budget, r.launched, waiting, atATime(len(groups)), more)
 	}
 	r.emit(Event{Kind: EventStudy, Trial: -1, Text: text})
 
@@ -262,6 +262,14 @@ func (r *runner) slots() ([][]int, error) {
 		return nil, errext.Bad(fmt.Errorf("--parallel %d exceeds the %d GPU group(s) of the study", parallel, len(groups)))
 	}
 	return groups[:parallel], nil
+}
+
+// atATime says how many trials this process runs at once.
+func atATime(n int) string {
+	if n == 1 {
+		return "one trial at a time"
+	}
+	return fmt.Sprintf("%d trials at a time", n)
 }
 
 // open builds the sampler, loads or creates the stored study, records what

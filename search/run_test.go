@@ -943,9 +943,12 @@ func TestLostBudgetRaceIsUnlaunched(t *testing.T) {
 	for try := 0; try < 20; try++ {
 		st, store, _ := openFake(t, "budget: {trials: 6, sampler: random, seed: 3, confirm: 0}", "budget: {trials: 1, sampler: random, seed: 3, confirm: 0}")
 		b := &fakeBackend{}
-		sum, err, _ := runFake(t, context.Background(), st, store, b, 2)
+		sum, err, evs := runFake(t, context.Background(), st, store, b, 2)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if !strings.HasSuffix(evs[0].Text, "; 2 trials at a time") {
+			t.Errorf("the study's first line: %q, want it to say 2 trials at a time", evs[0].Text)
 		}
 		c := states(sum.Records)
 		if c[StateComplete] != 1 || c[StateInterrupted] != 0 || c[StateUnlaunched] > 1 || len(b.launches) != 1 {

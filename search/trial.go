@@ -99,7 +99,7 @@ var errNothingQueued = errors.New("no queued trial")
 // errBudgetTaken ends a worker whose proposal found the budget used up by
 // other workers' launches (other processes', or this run's on its other
 // GPU groups).
-var errBudgetTaken = errors.New("the study's launch budget was spent by other workers before this proposal could launch; not launched")
+var errBudgetTaken = errors.New("the study's launch budget was spent by other launches (other GPU groups' or other processes') before this proposal could launch; not launched")
 
 // ask takes the next trial: a queued re-run first (atomically claimed, so
 // two processes never take the same), else a new trial from the sampler.
