@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/c-bata/goptuna"
@@ -76,6 +77,17 @@ func isUnique(err error) bool {
 			(se.ExtendedCode == sqlite3.ErrConstraintUnique || se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey)
 	}
 	return pgCode(err) == "23505"
+}
+
+// IsFull reports whether err says the disk holding the storage, or a file
+// being written, is full: SQLite's SQLITE_FULL, PostgreSQL's disk_full
+// (53100) or ENOSPC.
+func IsFull(err error) bool {
+	var se sqlite3.Error
+	if errors.As(err, &se) && se.Code == sqlite3.ErrFull {
+		return true
+	}
+	return pgCode(err) == "53100" || errors.Is(err, syscall.ENOSPC)
 }
 
 type queryer interface {

@@ -3,12 +3,15 @@ package storage
 import (
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/mattn/go-sqlite3"
 )
 
@@ -229,5 +232,47 @@ func TestOpenPostgresErrors(t *testing.T) {
 	}
 	if !IsPostgres("PostgreSQL://h/db") || IsPostgres("sqlite:///x.db") || IsPostgres("postgres.db") {
 		t.Fatal("IsPostgres misclassifies")
+	}
+}
+
+// TestIsFull: a write the database has no room for, PostgreSQL's disk_full
+// and a file's ENOSPC are told apart from other errors (main says what to
+// do next).
+func TestIsFull(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "full.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// The write connection may grow the file by a few pages only.
+	if _, err := s.wdb.Exec("PRAGMA max_page_count = 200"); err != nil {
+		t.Fatal(err)
+	}
+	id, err := s.CreateNewStudy("full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", 64<<10)
+	for i := 0; ; i++ {
+		err = s.SetStudyUserAttr(id, fmt.Sprintf("k%d", i), big)
+		if err != nil {
+			break
+		}
+		if i > 1000 {
+			t.Fatal("1000 writes of 64 KiB into a database of 200 pages")
+		}
+	}
+	if !IsFull(err) {
+		t.Errorf("write into a full database: IsFull(%v) = false", err)
+	}
+	for _, e := range []error{fmt.Errorf("write log: %w", syscall.ENOSPC), &pgconn.PgError{Code: "53100"}} {
+		if !IsFull(e) {
+			t.Errorf("IsFull(%v) = false", e)
+		}
+	}
+	for _, e := range []error{errors.New("database or disk is full"), &pgconn.PgError{Code: "23505"}, syscall.EACCES} {
+		if IsFull(e) {
+			t.Errorf("IsFull(%v) = true", e)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sgtune/sgtune/search"
@@ -350,5 +351,21 @@ func TestNotAStorage(t *testing.T) {
 	}
 	if b, err := os.ReadFile(text); err != nil || string(b) != "not a database\n" {
 		t.Errorf("the file was changed: %q, %v", b, err)
+	}
+}
+
+// fullWriter fails every write as a full disk does.
+type fullWriter struct{}
+
+func (fullWriter) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
+
+// TestFullDiskSaysWhatNext: a write that finds the disk full names it and
+// says what to do (free space, run the same command again).
+func TestFullDiskSaysWhatNext(t *testing.T) {
+	db := seedStudy(t, t.TempDir(), rankingTrials, nil)
+	code, out := cli(t, nil, fullWriter{}, "export", "--storage", db)
+	if code == 0 || !strings.Contains(out, "no space left on device") ||
+		!strings.Contains(out, "sgtune: the disk is full: free space there, then run the same command again\n") {
+		t.Errorf("export to a full disk: exit %d\n%s", code, out)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sgtune/sgtune/errext"
+	"github.com/sgtune/sgtune/storage"
 )
 
 // Exit codes (errext decides them where errors are made).
@@ -125,6 +126,13 @@ func (a *app) execute(ctx context.Context, args []string) int {
 	}
 	if err != nil {
 		fmt.Fprintln(a.stderr, "sgtune:", err)
+		if storage.IsFull(err) {
+			next := ""
+			if c.Name() == "run" || c.Name() == "worker" {
+				next = ": the study resumes where it stopped (every completed trial is stored)"
+			}
+			fmt.Fprintf(a.stderr, "sgtune: the disk is full: free space there, then run the same command again%s\n", next)
+		}
 	}
 	return int(errext.Code(err))
 }
