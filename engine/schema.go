@@ -45,17 +45,34 @@ type FlagSpec struct {
 	// Default is what the engine uses when the flag is absent, as text
 	// ("on", "2048", "auto"); "" when the schema does not say.
 	Default string `yaml:"default"`
+
+	// offSwitch is the separate switch --no-NAME that turns this one off
+	// where the schema lists both (vLLM's argparse.BooleanOptionalAction
+	// flags, each written as two switches).
+	offSwitch string
 }
 
 // DefaultOn reports whether a bool flag is on when absent (its Default
 // says "on", optionally followed by a remark).
-func (f *FlagSpec) DefaultOn() bool {
-	d := strings.ToLower(strings.TrimSpace(f.Default))
-	return d == "on" || d == "true" || strings.HasPrefix(d, "on ") || strings.HasPrefix(d, "true ")
+func (f *FlagSpec) DefaultOn() bool { return defaultIs(f.Default, "on", "true") }
+
+// DefaultOff reports whether a bool flag is off when absent (its Default
+// says "off", optionally followed by a remark).
+func (f *FlagSpec) DefaultOff() bool { return defaultIs(f.Default, "off", "false") }
+
+func defaultIs(d string, words ...string) bool {
+	d = strings.ToLower(strings.TrimSpace(d))
+	for _, w := range words {
+		if d == w || strings.HasPrefix(d, w+" ") {
+			return true
+		}
+	}
+	return false
 }
 
 // Negation is the spelling that turns a bool flag off: its first long
-// negation, else its first negation; "" when it has none.
+// negation, else its first negation, else its --no-NAME switch (see
+// offSwitch); "" when it has none.
 func (f *FlagSpec) Negation() string {
 	for _, n := range f.Negations {
 		if strings.HasPrefix(n, "--") {
@@ -65,20 +82,23 @@ func (f *FlagSpec) Negation() string {
 	if len(f.Negations) > 0 {
 		return f.Negations[0]
 	}
-	return ""
+	return f.offSwitch
 }
 
 // SwitchWords are the words that set a bool flag to on (or off) when it
-// differs from the engine's default: nothing for the default, the flag for
-// on, its negation for off. A flag off by default (or with no stated
-// default) and no negation has no way to be written off: nothing.
+// may differ from the engine's default: nothing for the stated default,
+// the flag for on, its negation for off. Where the schema does not say the
+// default, off is written too (vLLM's prefix caching defaults on or off by
+// model and version: leaving the switch out would measure whichever the
+// engine picked). A flag with no negation has no way to be written off:
+// nothing.
 func (f *FlagSpec) SwitchWords(on bool) []string {
 	switch {
 	case on && f.DefaultOn():
 		return nil
 	case on:
 		return []string{f.Name}
-	case f.DefaultOn() && f.Negation() != "":
+	case !f.DefaultOff() && f.Negation() != "":
 		return []string{f.Negation()}
 	}
 	return nil
@@ -138,6 +158,13 @@ func ParseFlagSchema(data []byte, source string) (*FlagSchema, error) {
 				return nil, fmt.Errorf("flag schema %s: %s listed twice", source, n)
 			}
 			s.byName[n] = f
+		}
+	}
+	for i := range s.Flags {
+		f := &s.Flags[i]
+		if off, ok := s.byName["--no-"+strings.TrimPrefix(f.Name, "--")]; ok && f.Type == "bool" && len(f.Negations) == 0 &&
+			strings.HasPrefix(f.Name, "--") && off.Type == "bool" && off.Name != f.Name {
+			f.offSwitch = off.Name
 		}
 	}
 	return &s, nil

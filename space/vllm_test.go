@@ -68,3 +68,34 @@ params:
 		t.Errorf("both reference fractions: %v", err)
 	}
 }
+
+// TestVLLMSwitchesOff: vLLM writes a BooleanOptionalAction as --NAME and
+// --no-NAME; false, in a bool param or under fixed, writes --no-NAME.
+// Before, false wrote nothing, so prefix caching off ran with vLLM's
+// default (on) and was measured and exported as off.
+func TestVLLMSwitchesOff(t *testing.T) {
+	st, err := Parse("v.yaml", []byte(vllmBase+`fixed:
+  --tensor-parallel-size: 4
+  --enable-chunked-prefill: false
+params:
+  - {name: pc, type: bool, flag: --enable-prefix-caching}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		pc   bool
+		want []string
+	}{
+		{true, []string{"vllm", "serve", "org/model", "--tensor-parallel-size", "4", "--no-enable-chunked-prefill", "--enable-prefix-caching"}},
+		{false, []string{"vllm", "serve", "org/model", "--tensor-parallel-size", "4", "--no-enable-chunked-prefill", "--no-enable-prefix-caching"}},
+	} {
+		cfg, err := st.Resolve(Params{"pc": tc.pc}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Argv(cfg); !slices.Equal(got, tc.want) {
+			t.Errorf("pc=%v: argv %v\nwant %v", tc.pc, got, tc.want)
+		}
+	}
+}
