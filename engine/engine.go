@@ -34,6 +34,9 @@ type Engine struct {
 	// without the leading v (lmsysorg/sglang:v%s); "" when the engine's
 	// images are not tagged by the version a study writes.
 	ReleaseImage string
+	// BuildImage is the image of a numbered build (llama.cpp's b6000),
+	// %s standing for the number; "" when builds have none.
+	BuildImage string
 	// ImageCommand starts the server inside Image, before its flags; nil
 	// when the image's entrypoint is the server itself.
 	ImageCommand []string
@@ -147,10 +150,13 @@ func All() []*Engine { return slices.Clone(registry) }
 // 0.11.1, v0.5.5.post1, v0.5.0rc0.
 var releaseVersion = regexp.MustCompile(`^v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?)$`)
 
+// buildVersion is a numbered build, as llama.cpp tags its releases: b6000.
+var buildVersion = regexp.MustCompile(`^b(\d+)$`)
+
 // ImageFor is the image a docker export runs for a study pinned to
 // version: the version itself when it names an image (a repository or a
-// digest), the engine's release image when it is a release version, else
-// Image. The flags were checked against that version's schema, so the
+// digest), the engine's release or build image when it is a release
+// version or build number, else Image. The flags were checked against that version's schema, so the
 // export must not run another.
 func (e *Engine) ImageFor(version string) string {
 	if strings.Contains(version, "/") || strings.Contains(version, "@sha256:") {
@@ -158,6 +164,9 @@ func (e *Engine) ImageFor(version string) string {
 	}
 	if m := releaseVersion.FindStringSubmatch(version); m != nil && e.ReleaseImage != "" {
 		return fmt.Sprintf(e.ReleaseImage, m[1])
+	}
+	if m := buildVersion.FindStringSubmatch(version); m != nil && e.BuildImage != "" {
+		return fmt.Sprintf(e.BuildImage, m[1])
 	}
 	return e.Image
 }

@@ -18,9 +18,12 @@ func TestImageFor(t *testing.T) {
 		{SGLang, "main-nightly", "lmsysorg/sglang:latest"},
 		{VLLM, "v0.11.1", "vllm/vllm-openai:v0.11.1"},
 		{VLLM, "vllm/vllm-openai:v0.11.1", "vllm/vllm-openai:v0.11.1"},
-		// llama.cpp's images are tagged by build (server-b6000), not by the
-		// version a study writes.
+		// llama.cpp's images are tagged by build (server-b6000), not by a
+		// release version.
 		{LlamaCpp, "v0.4.0", LlamaCpp.Image},
+		{LlamaCpp, "b6000", "ghcr.io/ggml-org/llama.cpp:server-b6000"},
+		{LlamaCpp, "ghcr.io/ggml-org/llama.cpp:server-b6000", "ghcr.io/ggml-org/llama.cpp:server-b6000"},
+		{SGLang, "b6000", "lmsysorg/sglang:latest"},
 	} {
 		if got := tc.e.ImageFor(tc.version); got != tc.want {
 			t.Errorf("%s.ImageFor(%q) = %q, want %q", tc.e.Name, tc.version, got, tc.want)

@@ -17,8 +17,11 @@ var LlamaCpp = &Engine{
 	Title:          "llama.cpp (llama-server)",
 	DefaultVersion: "v0.4.0",
 	Command:        []string{"llama-server"},
-	// The CPU server image; its entrypoint is llama-server.
-	Image: "ghcr.io/ggml-org/llama.cpp:server",
+	// The CPU server image; its entrypoint is llama-server. Builds are
+	// tagged server-bNNNN (ggml-org's package page lists server-cuda12-b9603
+	// for CUDA; the CPU image has no variant).
+	Image:      "ghcr.io/ggml-org/llama.cpp:server",
+	BuildImage: "ghcr.io/ggml-org/llama.cpp:server-b%s",
 	// doc §2: -m, not --model-path; --alias is the name /v1/models serves.
 	ModelFlag:      "-m",
 	ServedNameFlag: "--alias",
