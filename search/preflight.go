@@ -53,6 +53,11 @@ func Check(st *space.Study, getenv func(string) string) Preflight {
 			"the quality gate asks for tool calls (workload.quality) but no feasible config passes %s: every trial will fail its tool-call gate; add %s to fixed",
 			kind.ToolParserFlag, kind.ToolParserFlag))
 	}
+	if st.SchemaStandIn {
+		p.Warnings = append(p.Warnings, fmt.Sprintf(
+			"%s: engine.version %s: sgtune bundles no flag schema for it; flags and rules are checked as for %s %s (%s), which may refuse what that version accepts or pass what it refuses; engine.flags_schema FILE gives that version's flags",
+			st.Path, st.Engine.Version, kind.Name, kind.DefaultVersion, st.Schema.Source))
+	}
 	switch {
 	case len(st.Engine.Command) == 0:
 		p.Host = append(p.Host, fmt.Errorf("%s: engine.command is empty", st.Path))

@@ -260,12 +260,12 @@ func (d *dec) engine(st *Study, top *mapNode) {
 		}
 		return
 	}
-	s, _, err := kind.Schema(st.Engine.Version)
+	s, ok, err := kind.Schema(st.Engine.Version)
 	if err != nil {
 		m.failKey("version", "no flag schema: %v", err)
 		return
 	}
-	st.Schema = s
+	st.Schema, st.SchemaStandIn = s, !ok && st.Engine.Version != ""
 }
 
 func (d *dec) model(st *Study, top *mapNode) {

@@ -37,7 +37,10 @@ type Study struct {
 	Memory          engine.Memory      // KV-capacity hint (memory:)
 	Schema          *engine.FlagSchema `json:"-"`
 	SchemaFile      string             // engine.flags_schema, resolved; "" for the bundled schema
-	OnLimitsReduced string             // reject (default) | accept
+	// SchemaStandIn: no bundled schema matches engine.version, so Schema
+	// is the engine's default version's.
+	SchemaStandIn   bool
+	OnLimitsReduced string // reject (default) | accept
 	Workload        objective.Workload
 	Score           objective.ScoreSpec
 	Budget          Budget

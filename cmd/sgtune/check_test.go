@@ -123,6 +123,9 @@ func TestCheckVerdicts(t *testing.T) {
 			[]string{"warning:", "no feasible config"}},
 		{"version shown", "name: ok\nengine: {name: sglang, command: sh -c true, version: v0.5.21}\n" + gpus, nil, exitOK,
 			[]string{"engine: sglang v0.5.21, command: sh -c true"}, []string{"warning:"}},
+		{"version without a schema", "name: ok\nengine: {name: sglang, command: sh -c true, version: v0.6.0}\n" + gpus, nil, exitOK,
+			[]string{"flags from bundled sglang-v0.5.21", "warning: " + filepath.Join(dir, "version-without-a-schema.yaml") +
+				": engine.version v0.6.0: sgtune bundles no flag schema for it; flags and rules are checked as for sglang v0.5.21"}, nil},
 		{"zero feasible", "name: none\n" + onPath + gpus + "params:\n  - {name: tp, type: categorical, choices: [8, 16], flag: --tp-size}\n", nil, exitUsage,
 			[]string{"study none (", "): valid file, but no config is feasible", "feasible: 0 (0.0%), infeasible: 2", "parallel_gpus",
 				"study none: no feasible config: none of its 2 configs passes the rules; top reasons: parallel_gpus: --tp-size"},
