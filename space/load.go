@@ -452,11 +452,27 @@ func (d *dec) cpus(st *Study, top *mapNode) {
 }
 
 // checkFlagTokens validates engine flag words a study emits.
-func (d *dec) checkFlagTokens(st *Study, n *yaml.Node, path string, words []string) []engine.FlagArg {
+// flagNode is where a flag was written in the study file.
+type flagNode struct {
+	node *yaml.Node
+	path string
+}
+
+// checkFlagTokens parses words with the study's schema and refuses flags a
+// study must not set, at the flag's place in at (by the name as written)
+// or else at n.
+func (d *dec) checkFlagTokens(st *Study, n *yaml.Node, path string, words []string, at map[string]flagNode) []engine.FlagArg {
 	args, err := st.Schema.ParseArgv(words)
 	if err != nil {
 		d.fail(n, path, "%v", err)
 		return nil
+	}
+	fail := func(a engine.FlagArg, format string, args ...any) {
+		if w, ok := at[a.Name]; ok {
+			d.fail(w.node, w.path, format, args...)
+			return
+		}
+		d.fail(n, path, format, args...)
 	}
 	model, _ := st.Schema.Lookup(st.Engine.Kind.ModelFlag)
 	served, _ := st.Schema.Lookup(st.Engine.Kind.ServedNameFlag)
@@ -466,13 +482,13 @@ func (d *dec) checkFlagTokens(st *Study, n *yaml.Node, path string, words []stri
 		case apiKey != nil && a.Spec == apiKey:
 			// A key written here reached every trial's log, status --json
 			// and no request: the load generator sends the launch's key.
-			d.fail(n, path, "%s sets the server's API key; valid: launch.api_key_env or launch.api_key_file, which the load generator sends too and no log or export records", a.Name)
+			fail(a, "%s sets the server's API key; valid: launch.api_key_env or launch.api_key_file, which the load generator sends too and no log or export records", a.Name)
 		case a.Spec.Owner == "launcher":
-			d.fail(n, path, "%s is set by the launcher; valid: leave it out", a.Name)
+			fail(a, "%s is set by the launcher; valid: leave it out", a.Name)
 		case a.Spec == model:
-			d.fail(n, path, "%s comes from model.path; valid: leave it out", a.Name)
+			fail(a, "%s comes from model.path; valid: leave it out", a.Name)
 		case a.Spec == served:
-			d.fail(n, path, "%s comes from model.served_name; valid: leave it out", a.Name)
+			fail(a, "%s comes from model.served_name; valid: leave it out", a.Name)
 		}
 	}
 	return args
@@ -485,6 +501,7 @@ func (d *dec) fixed(st *Study, top *mapNode) {
 		return
 	}
 	var words []string
+	at := map[string]flagNode{} // each flag's place, for the checks below
 	switch n.Kind {
 	case yaml.ScalarNode:
 		w, err := shell.Split(n.Value)
@@ -502,12 +519,18 @@ func (d *dec) fixed(st *Study, top *mapNode) {
 			if err != nil {
 				d.fail(c, fmt.Sprintf("fixed[%d]", i), "%v; valid: shell-style flags", err)
 			}
+			for _, word := range w {
+				if _, seen := at[word]; !seen {
+					at[word] = flagNode{c, fmt.Sprintf("fixed[%d]", i)}
+				}
+			}
 			words = append(words, w...)
 		}
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], deref(n.Content[i+1])
 			path := "fixed." + k.Value
+			at[k.Value] = flagNode{k, path}
 			spec, ok := st.Schema.Lookup(k.Value)
 			if !ok {
 				d.fail(k, path, "unknown flag %s (did you mean %s?); valid: a flag of %s", k.Value, st.Schema.Closest(k.Value), st.Schema.Source)
@@ -550,10 +573,14 @@ func (d *dec) fixed(st *Study, top *mapNode) {
 	default:
 		d.fail(n, "fixed", "got %s; valid: a mapping of flag: value, a list, or a string of flags", kindName(n))
 	}
-	args := d.checkFlagTokens(st, n, "fixed", words)
+	args := d.checkFlagTokens(st, n, "fixed", words, at)
 	for _, a := range args {
 		if _, dup := st.Fixed[a.Spec.Name]; dup {
-			d.fail(n, "fixed", "%s given twice; valid: each flag once", a.Name)
+			w, ok := at[a.Name]
+			if !ok {
+				w = flagNode{n, "fixed"}
+			}
+			d.fail(w.node, w.path, "%s given twice; valid: each flag once", a.Name)
 		}
 		st.Fixed[a.Spec.Name] = strings.Join(a.Values, " ")
 	}
@@ -787,7 +814,7 @@ func (d *dec) paramMapping(st *Study, p *Param, m *mapNode, validate bool) {
 			m.failKey(p.mappingKey(v), "%v", err)
 			continue
 		}
-		if args := d.checkFlagTokens(st, m.at(p.mappingKey(v)), m.path+"."+p.mappingKey(v), words); args != nil {
+		if args := d.checkFlagTokens(st, m.at(p.mappingKey(v)), m.path+"."+p.mappingKey(v), words, nil); args != nil {
 			for _, a := range args {
 				if _, dup := st.Fixed[a.Spec.Name]; dup {
 					m.failKey(p.mappingKey(v), "%s is also a fixed flag; valid: search it or fix it, not both", a.Name)

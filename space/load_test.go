@@ -132,7 +132,10 @@ func TestLoadErrorTable(t *testing.T) {
 		{"when syntax", base + "params:\n  - {name: s, type: bool, when: 'a =='}\n", "params[s].when: unexpected"},
 		{"constraint predicted", base + "constraints: ['predicted.kv > 1']\n", "unknown name predicted.kv (did you mean predicted.kv_tokens?)"},
 		{"fixed launcher flag", base + "fixed: {--port: 8000}\n", "--port is set by the launcher"},
-		{"fixed api key", base + "fixed: {--api-key: sekrit}\n", "t.yaml:6:8: fixed: --api-key sets the server's API key; valid: launch.api_key_env or launch.api_key_file"},
+		{"fixed api key", base + "fixed: {--api-key: sekrit}\n", "t.yaml:6:9: fixed.--api-key: --api-key sets the server's API key; valid: launch.api_key_env or launch.api_key_file"},
+		// Each flag is blamed at its own key, not at the mapping's first.
+		{"fixed launcher flag on its line", base + "fixed:\n  --tp-size: 4\n  --port: 30000\n", "t.yaml:8:3: fixed.--port: --port is set by the launcher; valid: leave it out"},
+		{"fixed list element", base + "fixed: [--tp-size 4, --port 30000]\n", "t.yaml:6:22: fixed[1]: --port is set by the launcher"},
 		{"param api key", base + "params:\n  - {name: k, type: categorical, choices: [a, b], flag: --api-key}\n", "--api-key sets the server's API key"},
 		{"fixed model path", base + "fixed: '--model-path x'\n", "--model-path comes from model.path"},
 		{"fixed switch value", base + "fixed: {--enable-metrics: 1}\n", "fixed.--enable-metrics: --enable-metrics is a switch; valid: true or false"},
@@ -453,5 +456,17 @@ func TestFingerprintIgnoresWorkingDirectory(t *testing.T) {
 	}
 	if edited := fp("t.yaml"); edited["workload"] == from["workload"] {
 		t.Error("other prompts in the file, the same workload fingerprint")
+	}
+}
+
+// TestParamErrorOnce: a param's flag is checked for each value it takes;
+// a fault of the flag itself is one error, not one per value.
+func TestParamErrorOnce(t *testing.T) {
+	_, err := Parse("t.yaml", []byte(base+"params:\n  - {name: ep, type: categorical, choices: [1, 2, 4], flag: --ep-sizee}\n"))
+	if err == nil {
+		t.Fatal("an unknown flag passed")
+	}
+	if n := strings.Count(err.Error(), "unknown flag --ep-sizee"); n != 1 {
+		t.Errorf("the unknown flag is reported %d times:\n%v", n, err)
 	}
 }

@@ -62,7 +62,15 @@ func (d *dec) failAt(line, col int, path, format string, args ...any) {
 	if len(d.errs) >= maxErrors {
 		return
 	}
-	d.errs = append(d.errs, &FieldError{File: d.file, Line: line, Col: col, Field: path, Msg: fmt.Sprintf(format, args...)})
+	fe := &FieldError{File: d.file, Line: line, Col: col, Field: path, Msg: fmt.Sprintf(format, args...)}
+	// A check run once per value of a param (its flag, for each choice)
+	// finds the same fault each time: it is one error.
+	for _, e := range d.errs {
+		if *e == *fe {
+			return
+		}
+	}
+	d.errs = append(d.errs, fe)
 }
 
 func (d *dec) fail(n *yaml.Node, path, format string, args ...any) {
