@@ -268,13 +268,36 @@ func CheckSlurm(ctx context.Context, opt SlurmOptions) error {
 	}
 	args := append([]string{"--test-only"}, sbatchArgs(opt)...)
 	if _, err := slurmRun(ctx, "sbatch", append(args, "--output=/dev/null", "--wrap=true")...); err != nil {
-		err = fmt.Errorf("launch.slurm: sbatch refuses a trial's job (check partition, account, nodes, gres and extra_sbatch): %w", err)
-		if strings.Contains(err.Error(), "Unable to contact slurm controller") {
-			return err // the cluster, not the study file
+		if unreachable(err.Error()) {
+			// The cluster, not the study file.
+			return fmt.Errorf("launch.scheduler slurm: sbatch cannot reach the Slurm controller (is slurmctld up, and SLURM_CONF or /etc/slurm/slurm.conf this cluster's?): %w", err)
 		}
-		return errext.Bad(err)
+		return errext.Bad(fmt.Errorf("launch.slurm: sbatch refuses a trial's job (check partition, account, nodes, gres and extra_sbatch): %w", err))
 	}
 	return nil
+}
+
+// controllerErrors are what Slurm's client commands say when they cannot
+// find or reach slurmctld (no slurm.conf and no DNS SRV record, a
+// controller down or unreachable).
+var controllerErrors = []string{
+	"Unable to contact slurm controller",
+	"Could not establish a configuration source",
+	"DNS SRV lookup failed",
+	"Unable to establish controller machine",
+	"Socket timed out",
+	"Zero Bytes were transmitted or received",
+}
+
+// unreachable reports whether a client command's error says the
+// controller cannot be reached.
+func unreachable(msg string) bool {
+	for _, e := range controllerErrors {
+		if strings.Contains(msg, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // sbatchArgs are the job's resource options.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sgtune/sgtune/engine"
+	"github.com/sgtune/sgtune/errext"
 	"github.com/sgtune/sgtune/internal/slurmtest"
 )
 
@@ -283,5 +284,43 @@ func TestJobEnv(t *testing.T) {
 	want := []string{"PATH=/bin", "SLURM_CONF=/etc/slurm.conf", "SGTUNE_STORAGEX=1"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("jobEnv = %v, want %v", got, want)
+	}
+}
+
+// TestCheckSlurmCause: sbatch refusing the job is bad input (the study's
+// partition, gres...); sbatch that cannot find or reach the controller is
+// the cluster's fault (exit 1), and says so. Fake client commands stand in
+// for Slurm's.
+func TestCheckSlurmCause(t *testing.T) {
+	for _, tc := range []struct {
+		name, stderr string
+		bad          bool
+		want         string
+	}{
+		{"no such partition", "sbatch: error: invalid partition specified: nosuch", true, "sbatch refuses a trial's job"},
+		{"no configuration", "sbatch: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\nsbatch: error: fetch_config: DNS SRV lookup failed\nsbatch: fatal: Could not establish a configuration source",
+			false, "sbatch cannot reach the Slurm controller"},
+		{"controller down", "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)", false, "sbatch cannot reach the Slurm controller"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, c := range []string{"scontrol", "scancel"} {
+				if err := os.WriteFile(filepath.Join(dir, c), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			script := fmt.Sprintf("#!/bin/sh\ncat >&2 <<'EOF'\n%s\nEOF\nexit 1\n", tc.stderr)
+			if err := os.WriteFile(filepath.Join(dir, "sbatch"), []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+			err := CheckSlurm(context.Background(), SlurmOptions{Partition: "nosuch"})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+			if got := errext.Code(err) == errext.BadInput; got != tc.bad {
+				t.Errorf("bad input %v, want %v: %v", got, tc.bad, err)
+			}
+		})
 	}
 }
