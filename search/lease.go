@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,51 +43,93 @@ func (r *runner) groupResource(gpus []int) string {
 	return "gpus@" + r.host + ":" + g
 }
 
-// leaseGroup takes the GPU group's lease, so that no other process on this
-// storage (another `sgtune run` of the study, another study) runs a
-// server on it meanwhile. It waits while a live process holds it, breaks
-// the lease of a holder that died on this host, and returns nil (no
-// error) when the run ends first: ctx cancelled or the budget spent.
-func (r *runner) leaseGroup(ctx context.Context, gpus []int) (*groupLease, error) {
-	res := r.groupResource(gpus)
+// leaseGroup takes the lease of a GPU group of the study, so that no other
+// process on this storage (another `sgtune run` or `worker` of the study,
+// another study) runs a server on it meanwhile: pref if it is free, else
+// any other group that neither this process nor another holds. Workers
+// started one per host with --parallel 1 thus spread over the host's
+// groups instead of queueing for the first. It waits while every group is
+// held by a live process, breaks the lease of a holder that died on this
+// host, and returns a nil lease (no error) when the run ends first: ctx
+// cancelled or the budget spent. It returns the group it took.
+func (r *runner) leaseGroup(ctx context.Context, pref []int) (*groupLease, []int, error) {
+	cands := [][]int{pref}
+	for _, g := range r.st.GPUGroups {
+		if !slices.Equal(g, pref) {
+			cands = append(cands, g)
+		}
+	}
 	waiting := false
 	for {
-		ok, err := r.store.AcquireLease(ctx, r.study.ID, res, r.owner, staleAfter)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, nil
+		var busy []string
+		for _, gpus := range cands {
+			res := r.groupResource(gpus)
+			r.mu.Lock()
+			mine := r.held[res]
+			r.mu.Unlock()
+			if mine {
+				continue // another worker of this process runs on it
 			}
-			return nil, fmt.Errorf("GPU group %s: take its lease: %w", gpuList(gpus), err)
-		}
-		if ok {
-			if waiting {
-				r.note("GPU group %s is free: starting", gpuList(gpus))
+			ok, err := r.store.AcquireLease(ctx, r.study.ID, res, r.owner, staleAfter)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, nil, nil
+				}
+				return nil, nil, fmt.Errorf("GPU group %s: take its lease: %w", gpuList(gpus), err)
 			}
-			return r.renewLease(res), nil
-		}
-		l, held, err := r.store.LeaseOf(ctx, res)
-		if err != nil {
-			return nil, fmt.Errorf("GPU group %s: read its lease: %w", gpuList(gpus), err)
-		}
-		if held && ownerDead(l.Holder, r.host) {
-			if _, err := r.store.BreakLease(ctx, res, l.Holder); err != nil {
-				return nil, fmt.Errorf("GPU group %s: break the lease of dead %s: %w", gpuList(gpus), l.Holder, err)
+			if ok {
+				r.mu.Lock()
+				taken := r.held[res] // a worker of this process took it meanwhile
+				if !taken {
+					if r.held == nil {
+						r.held = map[string]bool{}
+					}
+					r.held[res] = true
+				}
+				r.mu.Unlock()
+				if taken {
+					continue
+				}
+				if waiting {
+					r.note("GPU group %s is free: starting", gpuList(gpus))
+				}
+				l := r.renewLease(res)
+				release := l.stop
+				l.stop = func() {
+					release()
+					r.mu.Lock()
+					delete(r.held, res)
+					r.mu.Unlock()
+				}
+				return l, gpus, nil
 			}
-			continue
+			l, held, err := r.store.LeaseOf(ctx, res)
+			if err != nil {
+				return nil, nil, fmt.Errorf("GPU group %s: read its lease: %w", gpuList(gpus), err)
+			}
+			if held && ownerDead(l.Holder, r.host) {
+				if _, err := r.store.BreakLease(ctx, res, l.Holder); err != nil {
+					return nil, nil, fmt.Errorf("GPU group %s: break the lease of dead %s: %w", gpuList(gpus), l.Holder, err)
+				}
+				return r.leaseGroup(ctx, gpus) // free now: take it first
+			}
+			if held {
+				busy = append(busy, fmt.Sprintf("%s by %s (lease until %s)", gpuList(gpus), l.Holder, l.Expires.Format(time.TimeOnly)))
+			}
 		}
 		if left, err := r.budgetLeft(ctx); err != nil || !left {
 			if err == nil {
-				r.note("GPU group %s is held by %s and the study's budget is spent: nothing to do", gpuList(gpus), l.Holder)
+				r.note("every free GPU group is in use (%s) and the study's budget is spent: nothing to do", strings.Join(busy, "; "))
 			}
-			return nil, err
+			return nil, nil, err
 		}
 		if !waiting {
-			r.note("GPU group %s is in use by %s (lease until %s); waiting for it", gpuList(gpus), l.Holder, l.Expires.Format(time.TimeOnly))
+			r.note("every GPU group this worker may use is in use (%s); waiting for one", strings.Join(busy, "; "))
 			waiting = true
 		}
 		select {
 		case <-ctx.Done():
-			return nil, nil
+			return nil, nil, nil
 		case <-time.After(leaseWait):
 		}
 	}

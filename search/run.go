@@ -124,7 +124,10 @@ type runner struct {
 
 	eventsMu sync.Mutex // one Events call at a time
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// held are the GPU groups (lease resources) this process's workers
+	// hold, so that two of them never take the same group (see leaseGroup).
+	held     map[string]bool
 	launched int // launched trials in the study (complete, failed, pruned), all runs
 	budget   int
 	best     *float64
@@ -424,7 +427,7 @@ func (r *runner) worker(ctx context.Context, gpus []int) error {
 	var lease *groupLease
 	if !r.st.Slurmed() { // Slurm allocates the GPUs of each job
 		var err error
-		if lease, err = r.leaseGroup(ctx, gpus); err != nil || lease == nil {
+		if lease, gpus, err = r.leaseGroup(ctx, gpus); err != nil || lease == nil {
 			return err
 		}
 		defer lease.release()

@@ -868,7 +868,9 @@ func TestResumeRefusesChangedStudy(t *testing.T) {
 // queued confirmation runs the busy worker's search loop never ran, so it
 // spun); the busy worker confirms and declares once its trial is done.
 func TestIdleWorkerLeavesConfirmation(t *testing.T) {
-	st, store, path := openFake(t, "budget: {trials: 6, sampler: random, seed: 3, confirm: 0}", "budget: {trials: 2, sampler: random, seed: 3, confirm: 1}")
+	// One GPU group, which a holds: b finds none free.
+	st, store, path := openFake(t, "budget: {trials: 6, sampler: random, seed: 3, confirm: 0}", "budget: {trials: 2, sampler: random, seed: 3, confirm: 1}",
+		"groups: [[0, 1, 2, 3], [4, 5, 6, 7]]", "groups: [[0, 1, 2, 3]]")
 	store2, err := storage.Open(path)
 	if err != nil {
 		t.Fatal(err)

@@ -40,7 +40,9 @@ func TestWorkerBadInput(t *testing.T) {
 func TestTwoWorkersLocal(t *testing.T) {
 	bin := buildBins(t, "sglang-sim", "sgtune")
 	dir := t.TempDir()
-	study := writeFile(t, dir, "s.yaml", studyYAML("two-workers", 100, fmt.Sprintf(twoParams, 4)))
+	// Two GPU groups: each worker takes whichever is free (before, both
+	// took the first and ran one after the other).
+	study := writeFile(t, dir, "s.yaml", studyYAMLGroups("two-workers", 100, "[[0, 1, 2, 3], [4, 5, 6, 7]]", fmt.Sprintf(twoParams, 4)))
 	db := filepath.Join(dir, "s.db")
 	var wg sync.WaitGroup
 	errs, outs := make([]error, 2), make([]string, 2)
@@ -48,7 +50,7 @@ func TestTwoWorkersLocal(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b, err := exec.Command(filepath.Join(bin, "sgtune"), "worker", study, "--storage", db).CombinedOutput()
+			b, err := exec.Command(filepath.Join(bin, "sgtune"), "worker", study, "--storage", db, "--parallel", "1").CombinedOutput()
 			errs[i], outs[i] = err, string(b)
 		}()
 	}
@@ -58,13 +60,14 @@ func TestTwoWorkersLocal(t *testing.T) {
 			t.Fatalf("worker %d: %v\n%s", i, errs[i], outs[i])
 		}
 	}
-	launched, seen := 0, map[string]bool{}
+	launched, seen, groups := 0, map[string]bool{}, map[string]int{}
 	host, _ := os.Hostname()
 	for _, r := range records(t, db) {
 		if r.State != search.StateComplete && r.State != search.StateFailed {
 			continue
 		}
 		launched++
+		groups[r.GPUs]++
 		key := strings.Join(r.Flags(), " ")
 		if seen[key] {
 			t.Errorf("config launched twice: %s", key)
@@ -76,6 +79,9 @@ func TestTwoWorkersLocal(t *testing.T) {
 	}
 	if launched != 4 {
 		t.Errorf("%d trials launched, want the budget of 4\n%s\n%s", launched, outs[0], outs[1])
+	}
+	if len(groups) != 2 {
+		t.Errorf("trials per GPU group %v, want both groups used\n%s\n%s", groups, outs[0], outs[1])
 	}
 	code, out := cli(t, nil, nil, "status", "--storage", db)
 	if code != 0 || !strings.Contains(out, "HOST") || !strings.Contains(out, host) {
