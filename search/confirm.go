@@ -61,12 +61,13 @@ type Candidate struct {
 	Runs   []Measurement `json:"runs"`
 }
 
-// declare picks the winner among confirmed configs: the best pooled score,
+// Declare picks the winner among confirmed configs: the best pooled score,
 // except that configs whose pooled score lies within the measured spread
 // of the best are a tie, and a tie goes to the config with the fewest
 // flags changed from the engine's defaults (vLLM's staged tuner does the
-// same within 1%).
-func declare(cands []Candidate) (Winner, bool) {
+// same within 1%). It is the one rule a study declares its winner by;
+// rescore declares with it too. ok is false without candidates.
+func Declare(cands []Candidate) (w Winner, ok bool) {
 	if len(cands) == 0 {
 		return Winner{}, false
 	}
@@ -90,7 +91,7 @@ func declare(cands []Candidate) (Winner, bool) {
 			win = c
 		}
 	}
-	w := Winner{Trial: win.Trial, Pooled: win.Pooled, Spread: win.Spread, Runs: win.Runs, Flags: win.Flags, Candidates: cands}
+	w = Winner{Trial: win.Trial, Pooled: win.Pooled, Spread: win.Spread, Runs: win.Runs, Flags: win.Flags, Candidates: cands}
 	for _, c := range tied {
 		if c.Trial != win.Trial {
 			w.TiedWith = append(w.TiedWith, c.Trial)
@@ -341,7 +342,7 @@ func (r *runner) declareWinner(top []Record) error {
 		c.Pooled, c.Spread = Pool(c.Runs)
 		cands = append(cands, c)
 	}
-	w, ok := declare(cands)
+	w, ok := Declare(cands)
 	if !ok {
 		return nil
 	}

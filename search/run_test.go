@@ -621,7 +621,7 @@ func TestConfirmDeclaresWinner(t *testing.T) {
 			t.Errorf("candidate %+v: want 3 runs pooled by their mean", c)
 		}
 	}
-	if again, _ := declare(w.Candidates); again.Trial != w.Trial {
+	if again, _ := Declare(w.Candidates); again.Trial != w.Trial {
 		t.Errorf("winner %d, the candidates say %d", w.Trial, again.Trial)
 	}
 	stored, ok, err := ReadWinner(store, st.Name)
@@ -662,12 +662,12 @@ func TestDeclare(t *testing.T) {
 		{"only one", []Candidate{run(7, 50)}, 7, "[]", "the only confirmed config"},
 	}
 	for _, tc := range tests {
-		w, ok := declare(tc.cands)
+		w, ok := Declare(tc.cands)
 		if !ok || w.Trial != tc.win || fmt.Sprint(w.TiedWith) != tc.tied || !strings.Contains(w.Reason, tc.say) {
 			t.Errorf("%s: winner %d tied %v reason %q; want %d %s %q", tc.name, w.Trial, w.TiedWith, w.Reason, tc.win, tc.tied, tc.say)
 		}
 	}
-	if _, ok := declare(nil); ok {
+	if _, ok := Declare(nil); ok {
 		t.Error("a winner from nothing")
 	}
 }

@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -22,8 +22,11 @@ import (
 type rescored struct {
 	Trial  int                    `json:"trial"`
 	Params map[string]interface{} `json:"params"`
+	// Confirmed says the study measured the config again before declaring
+	// its winner: the new winner is declared among the confirmed configs.
+	Confirmed bool `json:"confirmed,omitempty"`
 	// Runs are the trials pooled in the scores, the trial first, when the
-	// config was measured more than once (confirmation runs).
+	// config was confirmed.
 	Runs     []int    `json:"runs,omitempty"`
 	OldRank  int      `json:"old_rank,omitempty"` // 0: did not count
 	OldScore *float64 `json:"old_score"`
@@ -60,10 +63,16 @@ goodput counts only the tokens of requests that met every bound themselves.
 The new score starts from the study's stored score spec when the run stored
 it (else output_tok_s at the highest measured level) and replaces what the
 flags give: --slo (repeatable; 'none' drops every SLO), --concurrency and
---metric. It prints the new ranking beside the old one and changes nothing. A config the
-study confirmed (measured again before declaring its winner) ranks on the mean
-of its runs, a run that misses the new SLO counting 0, as the winner was
-declared; the old winner is the one the study declared.`,
+--metric. It prints the new ranking beside the old one and changes nothing.
+
+The new winner is declared as the study declared its own: among the configs
+it confirmed (measured again before declaring), on the mean of each one's
+runs, a run that misses the new SLO counting 0; configs within the measured
+spread of the best are a tie, won by the config with fewer flags changed. A
+config measured once ranks by its one run but is not declared over a
+confirmed one; only when no confirmed config meets the new score (or the
+study confirmed none) does the best single run win. The old winner is the
+one the study declared.`,
 		Example: `  sgtune rescore --slo 'ttft p99 < 1s'
   sgtune rescore --slo 'ttft p99 < 500ms' --slo 'latency p99 < 20s' --concurrency 16
   sgtune rescore --metric goodput --slo 'ttft p90 < 0.8s' --json`,
@@ -113,16 +122,22 @@ declared; the old winner is the one the study declared.`,
 					}
 				}
 			}
-			rows, err := rescore(d, spec)
+			res, err := rescore(d, spec)
 			if err != nil {
 				return err
 			}
 			if asJSON {
+				var winner *int
+				if res.Winner >= 0 {
+					winner = &res.Winner
+				}
 				return writeJSON(a.stdout, struct {
-					Study  string              `json:"study"`
-					Score  objective.ScoreSpec `json:"score"`
-					Trials []rescored          `json:"trials"`
-				}{d.name, spec, rows})
+					Study        string              `json:"study"`
+					Score        objective.ScoreSpec `json:"score"`
+					Winner       *int                `json:"winner"`
+					WinnerReason string              `json:"winner_reason,omitempty"`
+					Trials       []rescored          `json:"trials"`
+				}{d.name, spec, winner, res.Reason, res.Rows})
 			}
 			was := ""
 			if stored {
@@ -132,7 +147,7 @@ declared; the old winner is the one the study declared.`,
 			if b, ok := d.best(); ok {
 				declared = b.Number
 			}
-			printRescore(a.stdout, d.name, specText(spec)+was, rows, len(d.recs), declared)
+			printRescore(a.stdout, d.name, specText(spec)+was, res, len(d.recs), declared)
 			return nil
 		},
 	}
@@ -145,8 +160,35 @@ declared; the old winner is the one the study declared.`,
 	return cmd
 }
 
-// rescore scores every complete trial of d with spec and ranks old and new.
-func rescore(d *studyData, spec objective.ScoreSpec) ([]rescored, error) {
+// rescoring is a study ranked again under a new score.
+type rescoring struct {
+	Rows []rescored
+	// Winner is the trial the new score declares (-1: none) and Reason
+	// how it was chosen.
+	Winner int
+	Reason string
+	// Above are the configs measured once (not confirmed) whose single
+	// run scores above the winner's pooled score: a study does not
+	// declare them without measuring them again.
+	Above []rescored
+}
+
+// rescore scores every complete trial of d with spec and ranks old and
+// new. The new winner is declared as the study declared its own
+// (search.Declare): among the configs it confirmed, on their runs pooled,
+// a tie within the measured spread going to the config with fewer flags.
+// The old ranking starts with the trial the study declares (d.best).
+func rescore(d *studyData, spec objective.ScoreSpec) (rescoring, error) {
+	// The configs the study confirmed, with their flag counts: their runs
+	// pool into one row. Without a declared winner that holds, the study
+	// names its best single trial (search.Declared) and rescore does the
+	// same: confirmation runs are left out.
+	confirmed := map[int]int{}
+	if d.winner != nil {
+		for _, c := range d.winner.Candidates {
+			confirmed[c.Trial] = c.Flags
+		}
+	}
 	type run struct {
 		rec      search.Record
 		requests int
@@ -155,23 +197,31 @@ func rescore(d *studyData, spec objective.ScoreSpec) ([]rescored, error) {
 		why      string
 	}
 	var runs []run
-	complete := map[int]bool{}
 	for _, r := range d.recs {
-		if r.State == search.StateFailed && r.ConfirmOf != nil {
-			// A confirmation run that failed counts 0 in its config's pool.
-			runs = append(runs, run{rec: r, why: "the run failed: " + r.FailureClass})
-			continue
+		if r.ConfirmOf != nil {
+			if _, ok := confirmed[*r.ConfirmOf]; !ok {
+				continue
+			}
+			if r.State == search.StateFailed || r.State == search.StatePruned {
+				// A confirmation run that failed counts 0 in its config's
+				// pool, as the study pooled it.
+				why := "the run failed: " + r.FailureClass
+				if r.State == search.StatePruned {
+					why = "the run was pruned"
+				}
+				runs = append(runs, run{rec: r, why: why})
+				continue
+			}
 		}
 		if r.State != search.StateComplete {
 			continue
 		}
 		res, n, err := storedResult(d.store, r)
 		if err != nil {
-			return nil, err
+			return rescoring{}, err
 		}
 		v, ok, why := objective.Score(spec, res)
 		runs = append(runs, run{rec: r, requests: n, new: v, newOK: ok, why: why})
-		complete[r.Number] = true
 	}
 	// A confirmation run joins the row of the trial whose config it
 	// measured again.
@@ -179,34 +229,33 @@ func rescore(d *studyData, spec objective.ScoreSpec) ([]rescored, error) {
 	pooled := map[int][]run{}
 	for _, x := range runs {
 		first := x.rec.Number
-		switch c := x.rec.ConfirmOf; {
-		case c != nil && complete[*c]:
+		if c := x.rec.ConfirmOf; c != nil {
 			first = *c
-		case x.rec.State != search.StateComplete:
-			continue // a failed run of a config that has no row
-		default:
-			rows = append(rows, rescored{Trial: first, Params: x.rec.Params})
+		} else {
+			_, conf := confirmed[first]
+			rows = append(rows, rescored{Trial: first, Params: x.rec.Params, Confirmed: conf})
 		}
 		pooled[first] = append(pooled[first], x)
 	}
+	var cands []search.Candidate
 	for i := range rows {
 		rs := pooled[rows[i].Trial]
 		r := &rows[i]
-		if len(rs) == 1 {
+		if !r.Confirmed {
 			x := rs[0]
 			r.OldScore, r.OldOK = x.rec.Score, x.rec.ScoreOK && x.rec.Score != nil
 			r.NewScore, r.NewOK, r.Reason, r.Requests = x.new, x.newOK, x.why, x.requests
 			continue
 		}
-		// Pooled as a confirmation pools (search.Pool): a run that missed
-		// counts 0.
+		// Pooled as the study pooled them (search.Pool): a run that
+		// missed counts 0.
 		var olds, news []search.Measurement
 		missed := 0
 		for _, x := range rs {
 			r.Runs = append(r.Runs, x.rec.Number)
 			r.Requests += x.requests
 			old, nw := search.Measurement{Trial: x.rec.Number}, search.Measurement{Trial: x.rec.Number}
-			if x.rec.ScoreOK && x.rec.Score != nil {
+			if x.rec.State == search.StateComplete && x.rec.ScoreOK && x.rec.Score != nil {
 				old.Score, old.OK = *x.rec.Score, true
 			}
 			if x.newOK {
@@ -226,17 +275,44 @@ func rescore(d *studyData, spec objective.ScoreSpec) ([]rescored, error) {
 		if missed > 0 && r.NewOK {
 			r.Reason = fmt.Sprintf("%d of %d runs miss, counted as 0: %s", missed, len(rs), r.Reason)
 		}
+		if r.NewOK {
+			cands = append(cands, search.Candidate{Trial: r.Trial, Pooled: r.NewScore, Spread: r.Spread,
+				Flags: confirmed[r.Trial], Runs: news})
+		}
 	}
-	rank(rows, func(x rescored) (float64, bool) {
+	out := rescoring{Rows: rows, Winner: -1}
+	if w, ok := search.Declare(cands); ok {
+		out.Winner, out.Reason = w.Trial, w.Reason
+	} else {
+		// No confirmed config counts: the best single run, as the study
+		// names its best trial without a winner.
+		best := -1
+		for i, r := range rows {
+			if r.NewOK && (best < 0 || r.NewScore > rows[best].NewScore) {
+				best = i
+			}
+		}
+		if best >= 0 {
+			out.Winner = rows[best].Trial
+			if len(confirmed) > 0 {
+				out.Reason = "no config the study confirmed meets the new score: the best single run"
+			}
+		}
+	}
+	declared := -1
+	if b, ok := d.best(); ok {
+		declared = b.Number
+	}
+	rank(out.Rows, declared, func(x rescored) (float64, bool) {
 		if x.OldScore == nil {
 			return 0, false
 		}
 		return *x.OldScore, x.OldOK
 	}, func(x *rescored, k int) { x.OldRank = k })
-	rank(rows, func(x rescored) (float64, bool) { return x.NewScore, x.NewOK },
+	rank(out.Rows, out.Winner, func(x rescored) (float64, bool) { return x.NewScore, x.NewOK },
 		func(x *rescored, k int) { x.NewRank = k })
-	sort.SliceStable(rows, func(i, j int) bool {
-		a, b := rows[i], rows[j]
+	sort.SliceStable(out.Rows, func(i, j int) bool {
+		a, b := out.Rows[i], out.Rows[j]
 		switch {
 		case a.NewRank > 0 && b.NewRank > 0:
 			return a.NewRank < b.NewRank
@@ -245,11 +321,20 @@ func rescore(d *studyData, spec objective.ScoreSpec) ([]rescored, error) {
 		}
 		return a.NewScore > b.NewScore
 	})
-	return rows, nil
+	if i := slices.IndexFunc(out.Rows, func(x rescored) bool { return x.Trial == out.Winner }); i >= 0 && out.Rows[i].Confirmed {
+		for _, r := range out.Rows {
+			if r.NewOK && !r.Confirmed && r.NewScore > out.Rows[i].NewScore {
+				out.Above = append(out.Above, r)
+			}
+		}
+	}
+	return out, nil
 }
 
-// rank numbers the rows that count by score, best first (ties keep trial order).
-func rank(rows []rescored, key func(rescored) (float64, bool), set func(*rescored, int)) {
+// rank numbers the rows that count, best first: the winner (a trial
+// number; -1 for none) first, as the study declares it, then the others
+// by score (ties keep trial order).
+func rank(rows []rescored, winner int, key func(rescored) (float64, bool), set func(*rescored, int)) {
 	idx := make([]int, 0, len(rows))
 	for i, r := range rows {
 		if _, ok := key(r); ok {
@@ -257,6 +342,9 @@ func rank(rows []rescored, key func(rescored) (float64, bool), set func(*rescore
 		}
 	}
 	sort.SliceStable(idx, func(a, b int) bool {
+		if wa, wb := rows[idx[a]].Trial == winner, rows[idx[b]].Trial == winner; wa != wb {
+			return wa
+		}
 		x, _ := key(rows[idx[a]])
 		y, _ := key(rows[idx[b]])
 		return x > y
@@ -298,7 +386,8 @@ func storedResult(st *storage.Store, r search.Record) (*objective.Result, int, e
 
 // printRescore prints the new ranking beside the old one; declared is the
 // trial the study declared best (-1: none).
-func printRescore(w io.Writer, study, spec string, rows []rescored, total, declared int) {
+func printRescore(w io.Writer, study, spec string, res rescoring, total, declared int) {
+	rows := res.Rows
 	reqs := 0
 	for _, r := range rows {
 		reqs += r.Requests
@@ -331,30 +420,30 @@ func printRescore(w io.Writer, study, spec string, rows []rescored, total, decla
 			space.Params(r.Params).String())
 	}
 	tw.Flush()
-	var newBest, was *rescored
-	for i := range rows {
-		if rows[i].NewRank == 1 {
-			newBest = &rows[i]
-		}
-		if rows[i].Trial == declared {
-			was = &rows[i]
-		}
+	how := ""
+	if res.Reason != "" {
+		how = ": " + res.Reason
 	}
 	switch {
-	case newBest == nil:
+	case res.Winner < 0:
 		fmt.Fprintln(w, "winner: none; no trial meets the new score's SLOs and gates")
-	case newBest.Trial == declared:
-		fmt.Fprintf(w, "winner unchanged: trial %d\n", newBest.Trial)
-	case was != nil && was.NewOK && newBest.NewScore-was.NewScore < math.Max(newBest.Spread, was.Spread):
-		fmt.Fprintf(w, "winner: trial %d, %.1f above the study's declared trial %d: within the measured spread %.1f, no measured difference\n",
-			newBest.Trial, newBest.NewScore-was.NewScore, declared, math.Max(newBest.Spread, was.Spread))
+	case res.Winner == declared:
+		fmt.Fprintf(w, "winner unchanged: trial %d%s\n", res.Winner, how)
 	case declared >= 0:
-		fmt.Fprintf(w, "winner: trial %d (the study declared trial %d)\n", newBest.Trial, declared)
+		fmt.Fprintf(w, "winner: trial %d (the study declared trial %d)%s\n", res.Winner, declared, how)
 	default:
-		fmt.Fprintf(w, "winner: trial %d (no trial counted before)\n", newBest.Trial)
+		fmt.Fprintf(w, "winner: trial %d (no trial counted before)%s\n", res.Winner, how)
+	}
+	if len(res.Above) > 0 {
+		above := make([]string, len(res.Above))
+		for i, r := range res.Above {
+			above[i] = fmt.Sprintf("trial %d (%.1f)", r.Trial, r.NewScore)
+		}
+		fmt.Fprintf(w, "not declared: %s, above the winner in one run, measured once: the study declares among the configs it measured again\n",
+			strings.Join(above, ", "))
 	}
 	if n > len(rows) {
-		fmt.Fprintln(w, "a config measured more than once (RUNS > 1: confirmation runs) ranks on the mean of its runs, a run that misses counting 0")
+		fmt.Fprintln(w, "a confirmed config (RUNS > 1) ranks on the mean of its runs, a run that misses counting 0; the winner is declared among them as the study declares: within the measured spread, the config with fewer flags changed")
 	}
 }
 

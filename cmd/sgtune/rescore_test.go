@@ -145,6 +145,7 @@ var rankingTrials = []fakeTrial{
 type rescoreDoc struct {
 	Study  string              `json:"study"`
 	Score  objective.ScoreSpec `json:"score"`
+	Winner *int                `json:"winner"`
 	Trials []rescored          `json:"trials"`
 }
 
@@ -226,7 +227,7 @@ func TestRescoreStricterSLOChangesRanking(t *testing.T) {
 
 // A config the study confirmed ranks on its runs pooled, as its winner was
 // declared: fast's single 2,000 does not beat steady's confirmed 1,850,
-// and solo's single 1,870 is within steady's measured spread.
+// and solo's single 1,870, measured once, is not declared over it.
 func TestRescorePoolsConfirmationRuns(t *testing.T) {
 	zero, one := 0, 1
 	trials := []fakeTrial{
@@ -241,8 +242,8 @@ func TestRescorePoolsConfirmationRuns(t *testing.T) {
 	db := seedStudy(t, t.TempDir(), trials, map[string]string{storage.AttrWinner: winner})
 
 	same := rescoreJSON(t, "--storage", db, "--slo", "ttft p99 < 2s")
-	if got := ranking(same); fmt.Sprint(got) != "[2 1 0]" {
-		t.Fatalf("same SLO: ranking %v, want [2 1 0] (configs, pooled)", got)
+	if got := ranking(same); fmt.Sprint(got) != "[1 2 0]" {
+		t.Fatalf("same SLO: ranking %v, want [1 2 0] (the declared winner, then configs by score, pooled)", got)
 	}
 	for _, r := range same.Trials {
 		want := map[int]string{0: "[0 3] 1750 500", 1: "[1 4] 1850 100", 2: "[] 1870 0"}[r.Trial]
@@ -264,10 +265,73 @@ func TestRescorePoolsConfirmationRuns(t *testing.T) {
 
 	code, out := cli(t, nil, nil, "rescore", "--storage", db, "--slo", "ttft p99 < 2s")
 	for _, want := range []string{"3 configs (5 trials) rescored",
-		"winner: trial 2, 20.0 above the study's declared trial 1: within the measured spread 100.0, no measured difference"} {
+		"winner unchanged: trial 1: tie within the measured spread",
+		"not declared: trial 2 (1870.0), above the winner in one run, measured once"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("rescore table: exit %d, lacks %q\n%s", code, want, out)
 		}
+	}
+}
+
+// TestRescoreDeclaresAsTheStudy: rescore declares its winner by the rule
+// the study declared its own (search.Declare), so the study's own score
+// names the study's winner. Busy and plain were confirmed and tie within
+// plain's spread; plain changes fewer flags and won. Lucky's single run
+// is above both but was never measured again.
+func TestRescoreDeclaresAsTheStudy(t *testing.T) {
+	busy, plain := 0, 1
+	trials := []fakeTrial{
+		{name: "busy", tokS: 1900, ttftLo: 0.2, ttftHi: 0.6},
+		{name: "plain", tokS: 1800, ttftLo: 0.2, ttftHi: 0.6},
+		{name: "lucky", tokS: 2000, ttftLo: 0.1, ttftHi: 0.3},
+		{name: "busy again", tokS: 1860, ttftLo: 0.2, ttftHi: 0.6, rerunOf: &busy},
+		{name: "plain again", tokS: 1880, ttftLo: 0.2, ttftHi: 0.6, rerunOf: &plain},
+	}
+	const plainFlags, busyFlags = 2, 8
+	cands := []search.Candidate{confirmed(plainFlags, [2]float64{1, 1800}, [2]float64{4, 1880}),
+		confirmed(busyFlags, [2]float64{0, 1900}, [2]float64{3, 1860})}
+	declared, ok := search.Declare(cands)
+	if !ok || declared.Trial != plain {
+		t.Fatalf("fixture: the study declares %+v, want plain (trial %d)", declared, plain)
+	}
+	db := seedStudy(t, t.TempDir(), trials, map[string]string{storage.AttrWinner: storedWinner(t, declared.Reason, cands...)})
+
+	code, out := cli(t, nil, nil, "best", "--storage", db, "--json")
+	var best struct {
+		Number int `json:"number"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &best) != nil || best.Number != plain {
+		t.Fatalf("best: exit %d, want trial %d\n%s", code, plain, out)
+	}
+	for _, tt := range []struct {
+		name, slo string
+		winner    int
+		ranking   string
+		say       []string
+	}{
+		{"the study's own score names its winner", "ttft p99 < 2s", plain, "[1 2 0]",
+			[]string{"winner unchanged: trial 1: " + declared.Reason, "not declared: trial 2 (2000.0)"}},
+		{"no confirmed config meets: the best single run", "ttft p99 < 0.5s", 2, "[2]",
+			[]string{"winner: trial 2 (the study declared trial 1): no config the study confirmed meets the new score"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := rescoreJSON(t, "--storage", db, "--slo", tt.slo)
+			if got := ranking(doc); fmt.Sprint(got) != tt.ranking || doc.Winner == nil || *doc.Winner != tt.winner {
+				t.Errorf("ranking %v winner %v, want %s with trial %d first", got, doc.Winner, tt.ranking, tt.winner)
+			}
+			for _, r := range doc.Trials {
+				// The old ranking starts with the trial the study declared.
+				if (r.OldRank == 1) != (r.Trial == plain) {
+					t.Errorf("trial %d: old rank %d; the study declared trial %d", r.Trial, r.OldRank, plain)
+				}
+			}
+			code, out := cli(t, nil, nil, "rescore", "--storage", db, "--slo", tt.slo)
+			for _, want := range tt.say {
+				if code != 0 || !strings.Contains(out, want) {
+					t.Errorf("exit %d, lacks %q\n%s", code, want, out)
+				}
+			}
+		})
 	}
 }
 
