@@ -82,13 +82,18 @@ func PlateauOf(st Study) (p Plateau, ok bool) {
 	if lo, hi, n, conc := repeatRange(best.Points, st.ScoreConcurrency); n > 1 {
 		widen(hi-lo, fmt.Sprintf("trial %d's %d repeats at c=%d: %s to %s output tok/s", best.Number, n, conc, formatScore(lo), formatScore(hi)))
 	}
+	// A run that missed the SLO measured no score to spread.
 	runs := func(who string, c Confirmation) string {
-		return fmt.Sprintf("%s %d runs: %s to %s", who, len(c.Scores), formatScore(slices.Min(c.Scores)), formatScore(slices.Max(c.Scores)))
+		m, met := c.measured(), ""
+		if len(m) < len(c.Scores) {
+			met = " that met the SLO"
+		}
+		return fmt.Sprintf("%s %d runs%s: %s to %s", who, len(m), met, formatScore(slices.Min(m)), formatScore(slices.Max(m)))
 	}
-	if c, ok := confirmed[best.Number]; ok && best.Number != p.Winner && len(c.Scores) > 1 {
+	if c, ok := confirmed[best.Number]; ok && best.Number != p.Winner && len(c.measured()) > 1 {
 		widen(c.Spread, runs(fmt.Sprintf("trial %d's", best.Number), c))
 	}
-	if c, ok := confirmed[p.Winner]; ok && len(c.Scores) > 1 {
+	if c, ok := confirmed[p.Winner]; ok && len(c.measured()) > 1 {
 		widen(c.Spread, runs("the winner's", c))
 	}
 	if p.Spread < 0 {

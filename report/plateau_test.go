@@ -73,6 +73,20 @@ func TestPlateauOf(t *testing.T) {
 				{Trial: 0, Scores: []float64{100, 110, 120}, Pooled: 110, Spread: 20},
 			}}
 		}(), true, false, 1, 30, 20, "is 30 below the best score the study saw (trial 1, 140), more than the measured spread 20"},
+		// A run that missed counts 0 in the pool but measured no score:
+		// the spread is that of the runs that met.
+		{"a run that missed measures no spread", func() Study {
+			ts := trials(110, reps(8, 100, 120))
+			return Study{Trials: ts, Best: &ts[0], ScoreConcurrency: 8, Confirmations: []Confirmation{
+				{Trial: 0, Scores: []float64{100, 140, 0}, Met: []bool{true, true, false}, Pooled: 80, Spread: 40},
+			}}
+		}(), true, true, 1, 30, 40, "within the measured spread 40 (from the winner's 2 runs that met the SLO: 100 to 140)."},
+		{"one run met: the winner's runs measure no spread", func() Study {
+			ts := trials(110, reps(8, 110))
+			return Study{Trials: ts, Best: &ts[0], ScoreConcurrency: 8, Confirmations: []Confirmation{
+				{Trial: 0, Scores: []float64{100, 0}, Met: []bool{true, false}, Pooled: 50, Spread: 0},
+			}}
+		}(), true, false, 1, 60, 0, "no spread was measured"},
 		// One repeat of one run measures no spread: it is not "a spread of 0".
 		{"nothing measured twice", func() Study {
 			ts := []Trial{{Number: 0, State: "complete", ScoreOK: true, Score: f(100), Points: reps(8, 100)}}

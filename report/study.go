@@ -56,14 +56,30 @@ type Level struct {
 
 // Confirmation is the rerun of one top config before the study declares
 // its winner: the scores of every run of the config (the search's first,
-// then the reruns), the score pooled over them, and their spread
-// (max - min). It is
+// then the reruns), the score pooled over them, and the spread (max - min)
+// of the runs that met the SLO and gates (search.Pool). It is
 // stored as JSON in the study user attribute sgtune.confirmation (a list).
 type Confirmation struct {
 	Trial  int       `json:"trial"`
 	Scores []float64 `json:"scores"`
-	Pooled float64   `json:"pooled"`
-	Spread float64   `json:"spread"`
+	// Met says whether each run met the SLO and gates (nil: every one
+	// did); a run that did not counts 0 in Pooled and is no measurement
+	// in Spread.
+	Met    []bool  `json:"met,omitempty"`
+	Pooled float64 `json:"pooled"`
+	Spread float64 `json:"spread"`
+}
+
+// measured returns the scores of the runs that met the SLO and gates: the
+// runs the spread is measured on.
+func (c Confirmation) measured() []float64 {
+	var out []float64
+	for i, s := range c.Scores {
+		if c.Met == nil || (i < len(c.Met) && c.Met[i]) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // Study is what the report covers.

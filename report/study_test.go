@@ -182,6 +182,21 @@ func TestTieWithinSpread(t *testing.T) {
 	}
 }
 
+// A run that missed the SLO shows as missed in the confirmation table, not
+// as a measured 0.
+func TestConfirmRowMissedRun(t *testing.T) {
+	v := buildView(Study{Confirmations: []Confirmation{
+		{Trial: 2, Scores: []float64{1800, 0, 1820}, Met: []bool{true, false, true}, Pooled: 1206.7, Spread: 20},
+		{Trial: 3, Scores: []float64{1700, 1710}, Pooled: 1705, Spread: 10}, // stored before Met: every run met
+	}})
+	want := map[int]string{2: "1,800 / missed / 1,820", 3: "1,700 / 1,710"}
+	for _, r := range v.Confirm {
+		if r.Scores != want[r.Trial] {
+			t.Errorf("trial %d: scores %q, want %q", r.Trial, r.Scores, want[r.Trial])
+		}
+	}
+}
+
 // Every config tied with the best is named, as the study declares: a
 // review's report named the top two and left out the declared winner,
 // trial 4, tied with the best through its own wider spread.

@@ -343,6 +343,9 @@ func (v *view) confirmations() {
 		scores := make([]string, len(c.Scores))
 		for i, s := range c.Scores {
 			scores[i] = formatScore(s)
+			if c.Met != nil && i < len(c.Met) && !c.Met[i] {
+				scores[i] = "missed"
+			}
 		}
 		r := confirmRow{Trial: c.Trial, Scores: strings.Join(scores, " / "), Pooled: formatScore(c.Pooled), Spread: formatScore(c.Spread)}
 		if c.Pooled != 0 {

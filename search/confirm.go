@@ -21,7 +21,7 @@ type Winner struct {
 	// Trial is the config's first trial (its number names it).
 	Trial int `json:"trial"`
 	// Pooled is the mean score over the config's runs; Spread the range
-	// (max - min) of those runs.
+	// (max - min) of the runs that met the SLO and gates (see Pool).
 	Pooled float64 `json:"pooled"`
 	Spread float64 `json:"spread"`
 	// Runs are the trials that measured the config, with their scores (0
@@ -142,15 +142,25 @@ func runScore(rec Record) Measurement {
 	return r
 }
 
-// Pool returns the mean score of a config's runs and their range, a run
-// that failed or missed the SLO counting 0 (its Score), as a winner is
-// declared on them.
+// Pool returns the mean score of a config's runs, a run that failed or
+// missed the SLO counting 0 (its Score: evidence against the config), and
+// the range of the scores of the runs that met it (0 with fewer than two),
+// as a winner is declared on them. The spread is the measurement noise a
+// tie is judged by: a run that missed measured no score, and counting its
+// 0 there would make the spread the whole score, a config that crashed
+// once tying with every other.
 func Pool(runs []Measurement) (pooled, spread float64) {
-	lo, hi, sum := math.Inf(1), math.Inf(-1), 0.0
+	lo, hi, sum, met := math.Inf(1), math.Inf(-1), 0.0, 0
 	for _, run := range runs {
-		lo, hi, sum = math.Min(lo, run.Score), math.Max(hi, run.Score), sum+run.Score
+		sum += run.Score
+		if run.OK {
+			lo, hi, met = math.Min(lo, run.Score), math.Max(hi, run.Score), met+1
+		}
 	}
-	return sum / float64(len(runs)), hi - lo
+	if met > 1 {
+		spread = hi - lo
+	}
+	return sum / float64(len(runs)), spread
 }
 
 // topConfigs are the n complete configs measured by the search (not by

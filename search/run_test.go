@@ -637,6 +637,41 @@ func TestConfirmDeclaresWinner(t *testing.T) {
 	}
 }
 
+// TestPool: a run that failed or missed counts 0 in the mean but is no
+// measurement in the spread; a config with a failed rerun does not tie,
+// on that 0, with a better one and win it on fewer flags.
+func TestPool(t *testing.T) {
+	met := func(s float64) Measurement { return Measurement{Score: s, OK: true} }
+	missed := Measurement{}
+	for _, tt := range []struct {
+		name           string
+		runs           []Measurement
+		pooled, spread float64
+	}{
+		{"every run met", []Measurement{met(100), met(110), met(120)}, 110, 20},
+		{"a missed run counts 0 in the mean, not in the spread", []Measurement{met(100), met(120), missed}, 220.0 / 3, 20},
+		{"one run met: no spread measured", []Measurement{met(100), missed}, 50, 0},
+		{"no run met", []Measurement{missed, missed}, 0, 0},
+		{"one run", []Measurement{met(100)}, 100, 0},
+	} {
+		pooled, spread := Pool(tt.runs)
+		if math.Abs(pooled-tt.pooled) > 1e-9 || spread != tt.spread {
+			t.Errorf("%s: pooled %v spread %v, want %v %v", tt.name, pooled, spread, tt.pooled, tt.spread)
+		}
+	}
+	// Trial 2 changes fewer flags, but its rerun crashed: pooled at half
+	// of trial 1's, it is no tie.
+	pool := func(trial, flags int, runs ...Measurement) Candidate {
+		c := Candidate{Trial: trial, Flags: flags, Runs: runs}
+		c.Pooled, c.Spread = Pool(runs)
+		return c
+	}
+	w, ok := Declare([]Candidate{pool(1, 8, met(1000), met(1040)), pool(2, 2, met(1010), missed)})
+	if !ok || w.Trial != 1 || len(w.TiedWith) != 0 {
+		t.Errorf("winner %d tied with %v (%s); want trial 1 alone", w.Trial, w.TiedWith, w.Reason)
+	}
+}
+
 func TestDeclare(t *testing.T) {
 	run := func(trial int, scores ...float64) Candidate {
 		c := Candidate{Trial: trial}

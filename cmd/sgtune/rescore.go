@@ -36,8 +36,10 @@ type rescored struct {
 	// that misses the new SLO or gates counting 0 (as a confirmation
 	// pools them).
 	NewScore float64 `json:"new_score"`
-	// Spread is the range of the runs' new scores (with runs).
+	// Spread is the range of the new scores of the runs that meet the new
+	// SLO and gates (with runs; see search.Pool), and Met how many do.
 	Spread   float64 `json:"spread,omitempty"`
+	Met      int     `json:"met,omitempty"`
 	NewOK    bool    `json:"new_ok"`
 	Reason   string  `json:"reason"`
 	Requests int     `json:"requests"` // stored request records read
@@ -260,6 +262,7 @@ func rescore(d *studyData, spec objective.ScoreSpec) (rescoring, error) {
 			}
 			if x.newOK {
 				nw.Score, nw.OK = x.new, true
+				r.Met++
 			} else {
 				missed++
 				if r.Reason == "" {
@@ -403,6 +406,9 @@ func printRescore(w io.Writer, study, spec string, res rescoring, total, declare
 	fmt.Fprintln(tw, "NEW\tOLD\tTRIAL\tRUNS\tNEW SCORE\tVERDICT\tOLD SCORE\tPARAMS")
 	for _, r := range rows {
 		verdict := "meets"
+		if r.NewOK && r.Met < len(r.Runs) {
+			verdict = fmt.Sprintf("%d of %d runs meet", r.Met, len(r.Runs))
+		}
 		if !r.NewOK {
 			verdict = "misses: " + r.Reason
 			if len(verdict) > 70 {
@@ -443,7 +449,7 @@ func printRescore(w io.Writer, study, spec string, res rescoring, total, declare
 			strings.Join(above, ", "))
 	}
 	if n > len(rows) {
-		fmt.Fprintln(w, "a confirmed config (RUNS > 1) ranks on the mean of its runs, a run that misses counting 0; the winner is declared among them as the study declares: within the measured spread, the config with fewer flags changed")
+		fmt.Fprintln(w, "a confirmed config (RUNS > 1) ranks on the mean of its runs, a run that misses counting 0 (and measuring no spread); the winner is declared among them as the study declares: within the measured spread, the config with fewer flags changed")
 	}
 }
 

@@ -193,6 +193,7 @@ func (d *studyData) confirmations() ([]report.Confirmation, string) {
 		out[i] = report.Confirmation{Trial: c.Trial, Pooled: c.Pooled, Spread: c.Spread}
 		for _, m := range c.Runs {
 			out[i].Scores = append(out[i].Scores, m.Score)
+			out[i].Met = append(out[i].Met, m.OK)
 		}
 	}
 	return out, d.winner.Reason
