@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -179,6 +180,40 @@ func TestTieWithinSpread(t *testing.T) {
 		if v.Confirm[0].Pooled != formatScore(1851) {
 			t.Errorf("%s: confirmations not best first: %+v", tt.reason, v.Confirm)
 		}
+	}
+}
+
+// The confirmation card shows the declared winner's spread, the one best,
+// status and export print, not that of the config with the best pooled
+// score: a tie can go to another (demo: trial 3 pooled best, trial 4 won
+// on fewer flags).
+func TestConfirmationCardShowsWinner(t *testing.T) {
+	st := fixture()
+	st.Confirmations = []Confirmation{
+		{Trial: 3, Scores: []float64{1865.9, 1800}, Pooled: 1833, Spread: 65.9},
+		{Trial: 5, Scores: []float64{1820.4, 1801, 1790}, Pooled: 1803.8, Spread: 30.4},
+	}
+	for _, tt := range []struct {
+		name   string
+		winner int
+		card   string
+	}{
+		{"the winner pooled best", 3, `<div class="v">spread 65.9 (3.6%)</div><div class="s">the winner's 2 runs; 2 configs rerun; a tie at the top</div>`},
+		{"a tie went to the simpler config", 5, `<div class="v">spread 30.4 (1.7%)</div><div class="s">the winner's 3 runs; 2 configs rerun; a tie at the top</div>`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := st
+			i := slices.IndexFunc(st.Trials, func(x Trial) bool { return x.Number == tt.winner })
+			st.Best = &st.Trials[i]
+			var page bytes.Buffer
+			if err := writeHTML(&page, buildView(st)); err != nil {
+				t.Fatal(err)
+			}
+			card := regexp.MustCompile(`<div class="k">Confirmation</div>.*`).FindString(page.String())
+			if card != `<div class="k">Confirmation</div>`+tt.card+`</div>` {
+				t.Errorf("confirmation card:\n got %s\nwant %s", card, tt.card)
+			}
+		})
 	}
 }
 

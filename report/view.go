@@ -30,8 +30,11 @@ type view struct {
 	ParamNames []string
 	Rows       []trialRow
 	Confirm    []confirmRow
-	Tie        string // "tie within the measured spread: ..." or ""
-	Plateau    string // whether the winner is on the measured plateau; "" without a winner
+	// WinnerConfirm is the declared winner's row of Confirm (nil when it
+	// was not confirmed): the confirmation card shows its spread.
+	WinnerConfirm *confirmRow
+	Tie           string // "tie within the measured spread: ..." or ""
+	Plateau       string // whether the winner is on the measured plateau; "" without a winner
 	// WinnerScore is the winner's score as the cards show it: pooled over
 	// its runs when it was confirmed ("36,603 pooled over 3 runs").
 	WinnerScore string
@@ -63,6 +66,7 @@ type trialRow struct {
 // confirmRow is one confirmed config.
 type confirmRow struct {
 	Trial  int
+	Runs   int
 	Scores string
 	Pooled string
 	Spread string
@@ -347,11 +351,16 @@ func (v *view) confirmations() {
 				scores[i] = "missed"
 			}
 		}
-		r := confirmRow{Trial: c.Trial, Scores: strings.Join(scores, " / "), Pooled: formatScore(c.Pooled), Spread: formatScore(c.Spread)}
+		r := confirmRow{Trial: c.Trial, Runs: len(c.Scores), Scores: strings.Join(scores, " / "), Pooled: formatScore(c.Pooled), Spread: formatScore(c.Spread)}
 		if c.Pooled != 0 {
 			r.Rel = fmt.Sprintf("%.1f%%", 100*c.Spread/math.Abs(c.Pooled))
 		}
 		v.Confirm = append(v.Confirm, r)
+	}
+	for i := range v.Confirm {
+		if v.St.Best != nil && v.Confirm[i].Trial == v.St.Best.Number {
+			v.WinnerConfirm = &v.Confirm[i]
+		}
 	}
 	if len(cs) < 2 {
 		return
