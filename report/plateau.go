@@ -39,6 +39,10 @@ type Plateau struct {
 	SpreadFrom string `json:"spread_from"`
 	// On: Gap <= Spread.
 	On bool `json:"on"`
+	// Pooled says some config was confirmed (its runs pooled): the best
+	// is then the best config's score, each config's runs pooled, which
+	// a single run of a confirmed config may exceed.
+	Pooled bool `json:"pooled"`
 }
 
 // PlateauOf judges the study's declared winner (Study.Best) against the best
@@ -50,6 +54,7 @@ func PlateauOf(st Study) (p Plateau, ok bool) {
 	confirmed := map[int]Confirmation{}
 	for _, c := range st.Confirmations {
 		confirmed[c.Trial] = c
+		p.Pooled = p.Pooled || len(c.Scores) > 1
 	}
 	score := func(t *Trial) (float64, int) {
 		if c, ok := confirmed[t.Number]; ok && len(c.Scores) > 0 {
@@ -124,34 +129,39 @@ func repeatRange(points []objective.Point, conc int) (lo, hi float64, n, level i
 	return lo, hi, n, conc
 }
 
-// Text is the report's sentence about the plateau.
+// Text is the report's sentence about the plateau. It says what the
+// winner is compared with: when some config was confirmed, the best score
+// with each config's runs pooled (a confirmed config's single run may be
+// higher), a config measured once counting its one run.
 func (p Plateau) Text() string {
 	verdict, rel := "On the measured plateau", "within"
 	if !p.On {
 		verdict, rel = "Not on the measured plateau", "more than"
 	}
 	pooled := func(score float64, runs int) string {
-		if runs > 1 {
+		switch {
+		case runs > 1:
 			return fmt.Sprintf("pooled %s over %d runs", formatScore(score), runs)
+		case p.Pooled:
+			return formatScore(score) + " from one run"
 		}
 		return formatScore(score)
 	}
 	winner, score := pooled(p.WinnerScore, p.WinnerRuns), pooled(p.BestScore, p.BestRuns)
 	seen := "the best score the study saw"
-	has := seen
-	if p.WinnerRuns > 1 || p.BestRuns > 1 {
-		has += ", each config's runs pooled"
+	if p.Pooled {
+		seen += ", each config's runs pooled"
 	}
 	if p.SpreadFrom == "" {
 		// Nothing was measured twice: there is no spread to compare with.
 		if p.Best == p.Winner {
-			return fmt.Sprintf("The winner, trial %d (%s), has %s; no spread was measured (one run of one repeat), so how much of its lead is noise is unknown.", p.Winner, winner, has)
+			return fmt.Sprintf("The winner, trial %d (%s), has %s; no spread was measured (one run of one repeat), so how much of its lead is noise is unknown.", p.Winner, winner, seen)
 		}
 		return fmt.Sprintf("The winner, trial %d (%s), is %s below %s (trial %d, %s); no spread was measured (one run of one repeat).", p.Winner, winner, formatScore(p.Gap), seen, p.Best, score)
 	}
 	if p.Best == p.Winner {
 		return fmt.Sprintf("%s: the winner, trial %d (%s), has %s; the measured spread is %s (from %s).",
-			verdict, p.Winner, winner, has, formatScore(p.Spread), p.SpreadFrom)
+			verdict, p.Winner, winner, seen, formatScore(p.Spread), p.SpreadFrom)
 	}
 	return fmt.Sprintf("%s: the winner, trial %d (%s), is %s below %s (trial %d, %s), %s the measured spread %s (from %s).",
 		verdict, p.Winner, winner, formatScore(p.Gap), seen, p.Best, score, rel, formatScore(p.Spread), p.SpreadFrom)

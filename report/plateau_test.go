@@ -66,13 +66,22 @@ func TestPlateauOf(t *testing.T) {
 				{Trial: 0, Scores: []float64{100, 110, 120}, Pooled: 110, Spread: 20},
 				{Trial: 1, Scores: []float64{140, 100}, Pooled: 120, Spread: 40},
 			}}
-		}(), true, true, 1, 10, 40, "the winner, trial 0 (pooled 110 over 3 runs), is 10 below the best score the study saw (trial 1, pooled 120 over 2 runs), within the measured spread 40 (from trial 1's 2 runs: 100 to 140)."},
+		}(), true, true, 1, 10, 40, "the winner, trial 0 (pooled 110 over 3 runs), is 10 below the best score the study saw, each config's runs pooled (trial 1, pooled 120 over 2 runs), within the measured spread 40 (from trial 1's 2 runs: 100 to 140)."},
 		{"an unconfirmed single score above the pooled winner", func() Study {
 			ts := trials(140, reps(8, 138, 142))
 			return Study{Trials: ts, Best: &ts[0], ScoreConcurrency: 8, Confirmations: []Confirmation{
 				{Trial: 0, Scores: []float64{100, 110, 120}, Pooled: 110, Spread: 20},
 			}}
-		}(), true, false, 1, 30, 20, "is 30 below the best score the study saw (trial 1, 140), more than the measured spread 20"},
+		}(), true, false, 1, 30, 20, "is 30 below the best score the study saw, each config's runs pooled (trial 1, 140 from one run), more than the measured spread 20"},
+		// Neither the winner nor the best was confirmed, but trial 0 was:
+		// its first run, 120, is above the winner's 110 and pooled below.
+		{"the winner measured once beside a config pooled below it", func() Study {
+			ts := trials(110, reps(8, 100, 120))
+			ts[0].Score = f(120)
+			return Study{Trials: ts, Best: &ts[1], ScoreConcurrency: 8, Confirmations: []Confirmation{
+				{Trial: 0, Scores: []float64{120, 80}, Pooled: 100, Spread: 40},
+			}}
+		}(), true, true, 1, 0, 20, "the winner, trial 1 (110 from one run), has the best score the study saw, each config's runs pooled; the measured spread is 20"},
 		// A run that missed counts 0 in the pool but measured no score:
 		// the spread is that of the runs that met.
 		{"a run that missed measures no spread", func() Study {
