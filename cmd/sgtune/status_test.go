@@ -204,6 +204,103 @@ func TestStatusWatchEnds(t *testing.T) {
 	}
 }
 
+// requeue ends a RUNNING trial as a Ctrl-C'd run does: failed and queued
+// to run again (a WAITING retry).
+func requeue(t *testing.T, db string, id int) {
+	t.Helper()
+	st, err := storage.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, ended, err := st.InterruptTrial(id, storage.StateInterrupted, "interrupted (Ctrl-C)", true); err != nil || !ended {
+		t.Fatalf("interrupt trial: %v (ended %v)", err, ended)
+	}
+}
+
+// holdLease stores a GPU group lease of the study held by holder.
+func holdLease(t *testing.T, db, holder string) {
+	t.Helper()
+	st, err := storage.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sid, err := st.GetStudyIDFromName("rescore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.AcquireLease(context.Background(), sid, "gpus@test:0", holder, time.Hour); err != nil || !ok {
+		t.Fatalf("lease: %v %v", ok, err)
+	}
+}
+
+// A run stopped by Ctrl-C leaves its trial queued to run again: the watch
+// ends once that run is gone, and follows a run that lives (it owns the
+// latest trial, or holds a GPU group's lease and is about to claim the
+// queued trial) until it is gone.
+func TestStatusWatchEndsWithQueuedRetry(t *testing.T) {
+	host, _ := os.Hostname()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadOwner := fmt.Sprintf("%s:%d", host, dead.Process.Pid)
+
+	t.Run("interrupted run ended", func(t *testing.T) {
+		db := seedStudy(t, t.TempDir(), rankingTrials, nil)
+		requeue(t, db, addRunning(t, db, deadOwner))
+		var out syncBuffer
+		select {
+		case code := <-watch(t, context.Background(), &out, "--storage", db, "--watch=10ms"):
+			want := "watch ended: no trial is running and the run (process " + deadOwner + ") has ended; trial 4 is queued and runs when the study resumes\n"
+			if code != 0 || !strings.Contains(out.String(), want) {
+				t.Errorf("exit %d, want 0 and %q:\n%s", code, want, out.String())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("watch did not end though no process runs the queued trial:\n%s", out.String())
+		}
+	})
+
+	for _, tc := range []struct {
+		name  string
+		lease bool // the live process holds a lease, and the dead one owned the trial
+	}{{"run that queued it lives", false}, {"next run holds a GPU group", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := seedStudy(t, t.TempDir(), rankingTrials, nil)
+			proc := exec.Command("sleep", "60")
+			if err := proc.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = proc.Process.Kill(); _, _ = proc.Process.Wait() }()
+			live := fmt.Sprintf("%s:%d", host, proc.Process.Pid)
+			owner := live
+			if tc.lease {
+				owner = deadOwner
+				holdLease(t, db, live)
+			}
+			requeue(t, db, addRunning(t, db, owner))
+			var out syncBuffer
+			done := watch(t, context.Background(), &out, "--storage", db, "--watch=10ms")
+			select {
+			case code := <-done:
+				t.Fatalf("watch ended (exit %d) while %s lived:\n%s", code, live, out.String())
+			case <-time.After(500 * time.Millisecond):
+			}
+			_ = proc.Process.Kill()
+			_, _ = proc.Process.Wait()
+			select {
+			case code := <-done:
+				if code != 0 || !strings.Contains(out.String(), "trial 4 is queued and runs when the study resumes") {
+					t.Errorf("exit %d:\n%s", code, out.String())
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("watch did not end after %s ended:\n%s", live, out.String())
+			}
+		})
+	}
+}
+
 func TestStatusBadInput(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "missing.db")

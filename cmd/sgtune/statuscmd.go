@@ -17,6 +17,7 @@ import (
 
 	"github.com/sgtune/sgtune/search"
 	"github.com/sgtune/sgtune/space"
+	"github.com/sgtune/sgtune/storage"
 )
 
 // defaultWatch is the refresh interval of a bare --watch.
@@ -35,10 +36,12 @@ trials by state, launches used, the running trial and the best so far.
 --watch follows a running study from another shell: it re-reads the storage
 every INTERVAL (default 2s; --watch 5s or --watch=5s) and redraws the table
 (on a terminal; elsewhere it prints the table again only when it changed). It
-ends on Ctrl-C, or when no trial is running and the run has ended: the process
-that owned the last trial is gone (same host), or, for a run on another host,
-nothing changed for three intervals. Status only reads: it never creates or
-changes a database.`,
+ends on Ctrl-C, or when no trial is running and the run has ended: no live
+process holds a GPU group of the study, and the process that owned the last
+trial is gone (same host), or, for a run on another host, nothing changed for
+three intervals. A trial queued to run again (after a Ctrl-C, say) waits for
+the next run and does not keep the watch going. Status only reads: it never
+creates or changes a database.`,
 		Example: `  sgtune status
   sgtune status --storage runs/glm.db --watch
   sgtune status --watch 10s`,
@@ -231,8 +234,21 @@ func (a *app) watchStatus(ctx context.Context, sf studyFlags, interval time.Dura
 				return fmt.Errorf("status --watch: %w", err)
 			}
 		default:
+			// The study's leases name the processes that run it now: a
+			// run or worker holds its GPU group's lease while it takes and
+			// runs trials, also while it is about to claim a queued one.
+			leases, err := store.Leases(ctx, d.id)
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if failures++; failures == 3 {
+					return fmt.Errorf("status --watch: read the leases of study %s: %w", d.name, err)
+				}
+				break
+			}
 			failures = 0
-			done, why := runEnded(d.recs, host, lastCount, &quiet)
+			done, why := runEnded(d.recs, leases, host, time.Now(), lastCount, &quiet)
 			lastCount = len(d.recs)
 			if done && !reread {
 				// The process may have written its last trial between this
@@ -273,25 +289,39 @@ func (a *app) watchStatus(ctx context.Context, sf studyFlags, interval time.Dura
 // watch when the run's process cannot be checked (another host).
 const quietPolls = 3
 
-// runEnded says whether a watched run is over: no trial is running or
-// waiting and the process that owned the latest trial is gone, or (owner on
-// another host or unknown) nothing changed for quietPolls reads.
-func runEnded(recs []search.Record, host string, lastCount int, quiet *int) (bool, string) {
+// runEnded says whether a watched run is over: no trial is running, no
+// live process holds a lease of the study, and the process that owned the
+// latest trial is gone, or (owner on another host or unknown) nothing
+// changed for quietPolls reads. A waiting trial (a queued retry or
+// confirmation rerun) does not keep the watch alive by itself: only a live
+// process runs it, and when none is left it waits for the next run.
+func runEnded(recs []search.Record, leases []storage.Lease, host string, now time.Time, lastCount int, quiet *int) (bool, string) {
 	var owner string
+	var waiting []int
 	for _, r := range recs {
 		// A running trial whose process died (kill -9) is stale, not running:
 		// the next run re-runs it.
-		if r.State == search.StateWaiting || (r.State == search.StateRunning && ownerAlive(r.Owner, host) != aliveNo) {
+		if r.State == search.StateRunning && ownerAlive(r.Owner, host) != aliveNo {
 			*quiet = 0
 			return false, ""
+		}
+		if r.State == search.StateWaiting {
+			waiting = append(waiting, r.Number)
 		}
 		if r.Owner != "" {
 			owner = r.Owner // records are in trial order: the latest wins
 		}
 	}
+	for _, l := range leases {
+		if leaseLive(l, host, now) {
+			*quiet = 0
+			return false, ""
+		}
+	}
+	queued := queuedNote(waiting)
 	switch ownerAlive(owner, host) {
 	case aliveNo:
-		return true, fmt.Sprintf("no trial is running and the run (process %s) has ended", owner)
+		return true, fmt.Sprintf("no trial is running and the run (process %s) has ended%s", owner, queued)
 	case aliveYes:
 		*quiet = 0
 		return false, ""
@@ -302,9 +332,37 @@ func runEnded(recs []search.Record, host string, lastCount int, quiet *int) (boo
 		*quiet = 0
 	}
 	if *quiet >= quietPolls {
-		return true, fmt.Sprintf("no trial is running and nothing changed for %d reads", quietPolls)
+		return true, fmt.Sprintf("no trial is running and nothing changed for %d reads%s", quietPolls, queued)
 	}
 	return false, ""
+}
+
+// leaseLive says whether a lease's holder still runs the study: a process
+// of this host while it lives, another host's until the lease expires
+// (it renews it while it runs).
+func leaseLive(l storage.Lease, host string, now time.Time) bool {
+	switch ownerAlive(l.Holder, host) {
+	case aliveYes:
+		return true
+	case aliveNo:
+		return false
+	}
+	return !l.Expired(now)
+}
+
+// queuedNote says which trials wait for the next run ("" when none).
+func queuedNote(nums []int) string {
+	switch len(nums) {
+	case 0:
+		return ""
+	case 1:
+		return fmt.Sprintf("; trial %d is queued and runs when the study resumes", nums[0])
+	}
+	s := make([]string, len(nums))
+	for i, n := range nums {
+		s[i] = strconv.Itoa(n)
+	}
+	return fmt.Sprintf("; trials %s are queued and run when the study resumes", strings.Join(s, ", "))
 }
 
 type aliveness int
