@@ -372,6 +372,29 @@ func TestStatusNamesConfirmationReruns(t *testing.T) {
 	}
 }
 
+// status counts the confirmation reruns that ran, as run and report do: one
+// stopped by an interrupt and its queued retry are said apart, not counted.
+func TestStatusCountsRerunsThatRan(t *testing.T) {
+	first := 0
+	db := seedStudy(t, t.TempDir(), []fakeTrial{rankingTrials[0], rankingTrials[1], {name: "fast", tokS: 2100, ttftLo: 0.2, ttftHi: 1.6, rerunOf: &first}}, nil)
+	// A second rerun of trial 0 was running when the run was interrupted.
+	id := addRunning(t, db, "elsewhere.example:4242")
+	st, err := storage.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetTrialSystemAttr(id, storage.AttrConfirmOf, "0"); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	requeue(t, db, id)
+	code, out := cli(t, nil, nil, "status", "--storage", db)
+	want := "study rescore: 5 trials (3 complete, 1 interrupted, 1 waiting); 3 launched by the search, and 1 confirmation rerun(s) (1 queued, 1 interrupted)\n"
+	if code != 0 || !strings.HasPrefix(out, want) {
+		t.Errorf("status: exit %d, want the summary %q:\n%s", code, want, out)
+	}
+}
+
 // status --json carries what the text's summary lines say: launches,
 // budget, the best trial and its confirmation.
 func TestStatusJSONSummary(t *testing.T) {

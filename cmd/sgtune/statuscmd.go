@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -127,15 +129,39 @@ func statusText(d *studyData, now time.Time) string {
 	if n := d.budget(); n > 0 {
 		budget = fmt.Sprintf(" of %d", n)
 	}
-	// Confirmation reruns are launched outside the search's budget.
+	// Confirmation reruns are launched outside the search's budget. Those
+	// that ran count, as run and report count them; one running, queued or
+	// stopped by an interrupt (its retry is queued) is said apart.
 	reruns := 0
+	pending := map[string]int{}
 	for _, r := range d.recs {
-		if r.ConfirmOf != nil {
+		if r.ConfirmOf == nil {
+			continue
+		}
+		switch r.State {
+		case search.StateComplete, search.StateFailed, search.StatePruned:
 			reruns++
+		case search.StateWaiting:
+			pending["queued"]++
+		default:
+			pending[r.State]++
 		}
 	}
-	if reruns > 0 {
+	if reruns > 0 || len(pending) > 0 {
 		budget += fmt.Sprintf(" launched by the search, and %d confirmation rerun(s)", reruns)
+		var more []string
+		for _, s := range []string{search.StateRunning, "queued", search.StateInterrupted} {
+			if pending[s] > 0 {
+				more = append(more, fmt.Sprintf("%d %s", pending[s], s))
+				delete(pending, s)
+			}
+		}
+		for _, s := range slices.Sorted(maps.Keys(pending)) {
+			more = append(more, fmt.Sprintf("%d %s", pending[s], s))
+		}
+		if len(more) > 0 {
+			budget += " (" + strings.Join(more, ", ") + ")"
+		}
 	} else {
 		budget += " launched"
 	}
