@@ -15,6 +15,7 @@ import (
 
 	"github.com/sgtune/sgtune/errext"
 	"github.com/sgtune/sgtune/search"
+	"github.com/sgtune/sgtune/shell"
 	"github.com/sgtune/sgtune/space"
 	"github.com/sgtune/sgtune/storage"
 )
@@ -85,7 +86,7 @@ starting new trials after the given time; the trial in flight finishes.`,
 			})
 			close(tickDone)
 			prog.stop()
-			return a.finish(st, sum, storagePath, runErr)
+			return a.finish(st, sum, store, storagePath, runErr)
 		},
 	}
 	f := cmd.Flags()
@@ -131,11 +132,11 @@ func (a *app) watchSignals(stop context.CancelFunc, abort chan struct{}, done <-
 // finish prints a run's summary and returns what ends it: the run's
 // error, else errInterrupted when a signal stopped it. A run refused as
 // bad input (an edited study, say) ran nothing: its error alone.
-func (a *app) finish(st *space.Study, sum search.Summary, storagePath string, runErr error) error {
+func (a *app) finish(st *space.Study, sum search.Summary, store *storage.Store, storagePath string, runErr error) error {
 	if errext.Code(runErr) == errext.BadInput {
 		return runErr
 	}
-	a.printSummary(st, sum, storagePath)
+	a.printSummary(st, sum, a.readCommand(store, storagePath, st.Name))
 	if runErr != nil {
 		return runErr
 	}
@@ -145,7 +146,9 @@ func (a *app) finish(st *space.Study, sum search.Summary, storagePath string, ru
 	return nil
 }
 
-func (a *app) printSummary(st *space.Study, sum search.Summary, storagePath string) {
+// printSummary prints what the run did; read is the reading command's
+// arguments for this study (see readCommand), for the hints it ends with.
+func (a *app) printSummary(st *space.Study, sum search.Summary, read string) {
 	counts := map[string]int{}
 	for _, r := range sum.Records {
 		counts[r.State]++
@@ -167,7 +170,7 @@ func (a *app) printSummary(st *space.Study, sum search.Summary, storagePath stri
 	fmt.Fprintf(a.stdout, "\nstudy %s: %d trials stored (%s); this run launched %d%s\n",
 		st.Name, len(sum.Records), strings.Join(parts, ", "), sum.Launched, confirms)
 	if sum.Best == nil {
-		fmt.Fprintln(a.stdout, "no trial met the score's SLO and gates yet; see `sgtune status` for the reasons")
+		fmt.Fprintf(a.stdout, "no trial met the score's SLO and gates yet; see `sgtune status%s` for the reasons\n", read)
 		return
 	}
 	b := sum.Best
@@ -177,11 +180,26 @@ func (a *app) printSummary(st *space.Study, sum search.Summary, storagePath stri
 		fmt.Fprintf(a.stdout, "best: trial %d, score %.2f\n", b.Number, *b.Score)
 	}
 	fmt.Fprintf(a.stdout, "  %s\n", commandLine(*b))
-	hint := "sgtune export"
-	if storagePath != "sgtune.db" {
-		hint += " --storage " + storagePath
+	fmt.Fprintf(a.stdout, "export it with: sgtune export%s --format bash -o best-launch.sh\n", read)
+}
+
+// readCommand is what a reading command (status, export) needs to find the
+// study just run, as words to paste after it: --storage unless the command
+// reads that storage without it ($SGTUNE_STORAGE, else sgtune.db), and
+// --study when the storage holds other studies too (or cannot list them).
+// Each word is quoted where a shell needs it.
+func (a *app) readCommand(store *storage.Store, storagePath, study string) string {
+	var words []string
+	if storagePath != cmp.Or(a.getenv("SGTUNE_STORAGE"), "sgtune.db") {
+		words = append(words, "--storage", storagePath)
 	}
-	fmt.Fprintf(a.stdout, "export it with: %s --format bash -o best-launch.sh\n", hint)
+	if names, err := store.StudyNames(); err != nil || len(names) != 1 {
+		words = append(words, "--study", study)
+	}
+	if len(words) == 0 {
+		return ""
+	}
+	return " " + shell.Join(words)
 }
 
 // exactArgs is cobra.ExactArgs with bad input mapped to exit code 2.

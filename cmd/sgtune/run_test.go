@@ -19,6 +19,8 @@ import (
 
 	"github.com/sgtune/sgtune/objective/fakesse"
 	"github.com/sgtune/sgtune/search"
+	"github.com/sgtune/sgtune/shell"
+	"github.com/sgtune/sgtune/storage"
 )
 
 // These tests run whole studies: the real launcher starts the real simulator
@@ -755,5 +757,100 @@ func TestParallelBeyondGroupsWritesNothing(t *testing.T) {
 	}
 	if code, out := cli(t, nil, nil, "run", study, "--storage", filepath.Join(dir, "missing", "s.db")); code != exitUsage {
 		t.Errorf("storage in a missing directory: exit %d\n%s", code, out)
+	}
+}
+
+// pasteHint runs the command a run's hint names (`sgtune ...`, from prefix
+// to suffix in out) as a user pasting it would.
+func pasteHint(t *testing.T, out, prefix, suffix string) (string, int, string) {
+	t.Helper()
+	_, rest, ok := strings.Cut(out, prefix)
+	line, _, ok2 := strings.Cut(rest, suffix)
+	if !ok || !ok2 {
+		t.Fatalf("no hint %q...%q in:\n%s", prefix, suffix, out)
+	}
+	words, err := shell.Split(line)
+	if err != nil || len(words) < 2 || words[0] != "sgtune" {
+		t.Fatalf("hint %q: %v", line, err)
+	}
+	code, got := cli(t, nil, nil, words[1:]...)
+	return line, code, got
+}
+
+// The commands a run's summary ends with work as printed: with --storage
+// when it is not the default, and --study when the storage holds another
+// study too.
+func TestRunHintsPaste(t *testing.T) {
+	buildBins(t, "sglang-sim")
+	dir := t.TempDir()
+	t.Chdir(dir) // export -o best-launch.sh writes here
+	t.Setenv("SGTUNE_STORAGE", "")
+	db := seedStudy(t, dir, rankingTrials, nil) // another study, "rescore"
+
+	study := writeFile(t, dir, "ok.yaml", studyYAML("hints", 100, fmt.Sprintf(twoParams, 1)))
+	code, out := cli(t, nil, nil, "run", study, "--storage", db)
+	if code != 0 {
+		t.Fatalf("run: exit %d\n%s", code, out)
+	}
+	line, code, got := pasteHint(t, out, "export it with: ", "\n")
+	if want := "sgtune export --storage " + db + " --study hints --format bash -o best-launch.sh"; line != want || code != 0 {
+		t.Errorf("hint %q (want %q): exit %d\n%s", line, want, code, got)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "best-launch.sh")); err != nil || !strings.Contains(string(b), "# Launch script written by sgtune export.") {
+		t.Errorf("the export hint wrote no script: %v", err)
+	}
+
+	// Every trial fails (8 ranks on a 4-GPU box): the hint names status.
+	body := strings.Replace(studyYAML("fails", 100, fmt.Sprintf(twoParams, 1)), "--tp-size: 4", "--tp-size: 8", 1)
+	body = strings.Replace(body, "per_trial: 4, groups: [[0, 1, 2, 3]]", "per_trial: 8, groups: [[0, 1, 2, 3, 4, 5, 6, 7]]", 1)
+	code, out = cli(t, nil, nil, "run", writeFile(t, dir, "fails.yaml", body), "--storage", db)
+	if code != 0 {
+		t.Fatalf("run: exit %d\n%s", code, out)
+	}
+	line, code, got = pasteHint(t, out, "see `", "` for the reasons")
+	if want := "sgtune status --storage " + db + " --study fails"; line != want || code != 0 || !strings.Contains(got, "study fails: 1 trials (1 failed)") {
+		t.Errorf("hint %q (want %q): exit %d\n%s", line, want, code, got)
+	}
+	// best says the same.
+	_, out = cli(t, nil, nil, "best", "--storage", db, "--study", "fails")
+	if line, code, got = pasteHint(t, out, "see `", "`)"); code != 0 || !strings.Contains(got, "study fails: 1 trials (1 failed)") {
+		t.Errorf("best's hint %q: exit %d\n%s", line, code, got)
+	}
+}
+
+// The hints leave out what a bare command finds by itself: the default
+// storage, $SGTUNE_STORAGE, the only study. A path a shell would split is
+// quoted.
+func TestReadCommand(t *testing.T) {
+	dir := t.TempDir()
+	db := seedStudy(t, dir, rankingTrials, nil)
+	st, err := storage.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, tc := range []struct{ path, env, want string }{
+		{"sgtune.db", "", ""},
+		{db, db, ""},
+		{db, "", " --storage " + db},
+		{"my runs/a.db", "", " --storage 'my runs/a.db'"},
+		{"sgtune.db", db, " --storage sgtune.db"},
+	} {
+		a := &app{getenv: func(k string) string {
+			if k == "SGTUNE_STORAGE" {
+				return tc.env
+			}
+			return ""
+		}}
+		if got := a.readCommand(st, tc.path, "rescore"); got != tc.want {
+			t.Errorf("storage %q, $SGTUNE_STORAGE %q: %q, want %q", tc.path, tc.env, got, tc.want)
+		}
+	}
+	if _, err := st.CreateNewStudy("other"); err != nil {
+		t.Fatal(err)
+	}
+	a := &app{getenv: func(string) string { return "" }}
+	if got, want := a.readCommand(st, "sgtune.db", "rescore"), " --study rescore"; got != want {
+		t.Errorf("two studies: %q, want %q", got, want)
 	}
 }

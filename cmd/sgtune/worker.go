@@ -79,7 +79,7 @@ are plain text, one per event.`,
 				Getenv: a.getenv, Abort: abort, Preflight: &pre,
 				Events: func(ev search.Event) { fmt.Fprintln(a.stdout, ev.Text) },
 			})
-			return a.finish(st, sum, storagePath, runErr)
+			return a.finish(st, sum, store, storagePath, runErr)
 		},
 	}
 	f := cmd.Flags()
