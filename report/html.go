@@ -1,7 +1,9 @@
 package report
 
 import (
+	"bytes"
 	_ "embed"
+	"fmt"
 	"html/template"
 	"io"
 	"strconv"
@@ -37,8 +39,24 @@ var page = template.Must(template.New("index.html").Funcs(template.FuncMap{
 }).Parse(pageSource))
 
 func writeHTML(w io.Writer, v *view) error {
-	return page.Execute(w, v)
+	var b bytes.Buffer
+	if err := page.Execute(&b, v); err != nil {
+		return err
+	}
+	// The mark goes after the doctype; html/template drops comments from
+	// the template, so it is written here.
+	rest, ok := bytes.CutPrefix(b.Bytes(), []byte(doctype))
+	if !ok {
+		return fmt.Errorf("the page template does not start with %q", doctype)
+	}
+	_, err := io.WriteString(w, doctype+reportMark)
+	if err == nil {
+		_, err = w.Write(rest)
+	}
+	return err
 }
+
+const doctype = "<!DOCTYPE html>\n"
 
 // flagLines writes one flag (with its value) per line, continued with a
 // backslash, the way the exported script does.

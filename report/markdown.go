@@ -12,6 +12,7 @@ import (
 // terminal, a pull request or a wiki.
 func writeMarkdown(w io.Writer, v *view) {
 	st := v.St
+	fmt.Fprint(w, reportMark)
 	fmt.Fprintf(w, "# Study %s\n\n", st.Name)
 	budget := ""
 	if st.Budget > 0 {

@@ -121,22 +121,25 @@ const (
 
 // WriteReport writes index.html, report.md and their SVG plots into dir.
 // The page needs nothing but the files in dir: no network, no remote fonts.
+//
+// It replaces an earlier report's files there; see Foreign for the files a
+// caller should not let it replace.
 func WriteReport(dir string, st Study) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("report: %w", err)
+		return err
 	}
 	// A report written here before may have plots this one does not draw
 	// (a param no longer varied): they would sit beside it, out of date.
 	old, err := filepath.Glob(filepath.Join(dir, "effect-*.svg"))
 	if err != nil {
-		return fmt.Errorf("report: %w", err)
+		return err
 	}
 	for _, n := range []string{plotProgress, plotThroughput, plotTTFT, plotPareto} {
 		old = append(old, filepath.Join(dir, n))
 	}
 	for _, f := range old {
 		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("report: remove the earlier %s: %w", filepath.Base(f), err)
+			return fmt.Errorf("remove the earlier %s: %w", filepath.Base(f), err)
 		}
 	}
 	v := buildView(st)
@@ -156,7 +159,7 @@ func WriteReport(dir string, st Study) error {
 	var md, page bytes.Buffer
 	writeMarkdown(&md, v)
 	if err := writeHTML(&page, v); err != nil {
-		return fmt.Errorf("report: render index.html: %w", err)
+		return fmt.Errorf("render index.html: %w", err)
 	}
 	for name, b := range map[string][]byte{"report.md": md.Bytes(), "index.html": page.Bytes()} {
 		if err := writeFileAtomic(filepath.Join(dir, name), b); err != nil {
@@ -171,22 +174,22 @@ func WriteReport(dir string, st Study) error {
 func writeFileAtomic(path string, b []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
-		return fmt.Errorf("report: %w", err)
+		return err
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(b); err != nil {
 		tmp.Close()
-		return fmt.Errorf("report: write %s: %w", path, err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := tmp.Chmod(0o644); err != nil {
 		tmp.Close()
-		return fmt.Errorf("report: %w", err)
+		return err
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("report: write %s: %w", path, err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("report: %w", err)
+		return err
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,7 +28,9 @@ failure class, params, score, SLO verdict), plots as SVG files beside the page
 the Pareto front, the score by trial, one effect plot per parameter), every
 failure with its decisive log lines, and for matrix workloads the context x
 concurrency table. The page works offline: no network, no remote fonts or
-scripts. Report reads the storage only.`,
+scripts. Report reads the storage only. An index.html, report.md or plot in DIR
+is replaced only when an earlier report wrote it: otherwise report exits 2 and
+writes nothing.`,
 		Example: `  sgtune report -o report/
   sgtune report --storage glm.db --study glm-5.3-flash-h200x4 -o glm-report`,
 		Args: exactArgs(0),
@@ -37,6 +40,15 @@ scripts. Report reads the storage only.`,
 			}
 			if fi, err := os.Stat(out); err == nil && !fi.IsDir() {
 				return badInput(fmt.Errorf("-o %s is a file: give a directory for index.html, report.md and the plots", out))
+			}
+			// Like export -o: only what an earlier report wrote is replaced.
+			foreign, err := report.Foreign(out)
+			if err != nil {
+				return badInput(fmt.Errorf("-o %s: %w; valid: a directory sgtune can read and write; nothing written", out, err))
+			}
+			if len(foreign) > 0 {
+				return badInput(fmt.Errorf("-o %s: %s not written by sgtune report and would be replaced; nothing written: give a new or empty directory, or remove them first",
+					out, strings.Join(foreign, ", ")))
 			}
 			d, err := sf.open()
 			if err != nil {
@@ -48,15 +60,18 @@ scripts. Report reads the storage only.`,
 				return err
 			}
 			st.Generated = now(a.getenv)
+			if err := writableDir(out); err != nil {
+				return badInput(fmt.Errorf("-o %s: the report cannot be written there: %w; valid: a directory sgtune can create and write; nothing written", out, err))
+			}
 			if err := report.WriteReport(out, st); err != nil {
-				return fmt.Errorf("report: %w", err)
+				return fmt.Errorf("report -o %s: %w", out, err)
 			}
 			fmt.Fprintf(a.stdout, "wrote %s and %s\n", filepath.Join(out, "index.html"), filepath.Join(out, "report.md"))
 			return nil
 		},
 	}
 	sf.register(cmd)
-	cmd.Flags().StringVarP(&out, "output", "o", "", "directory to write the report into (created if missing)")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "directory to write the report into (created if missing; its index.html, report.md and plots are replaced only when an earlier report wrote them)")
 	return cmd
 }
 

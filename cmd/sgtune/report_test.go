@@ -67,3 +67,66 @@ func TestReportCommand(t *testing.T) {
 		t.Errorf("report without -o: exit %d\n%s", code, msg)
 	}
 }
+
+// report -o replaces only what an earlier report wrote, as export -o does:
+// another index.html, report.md or plot stops it before it writes anything
+// (exit 2, naming -o); an unwritable -o is bad input too.
+func TestReportKeepsOtherFiles(t *testing.T) {
+	dir := t.TempDir()
+	db := seedStudy(t, dir, rankingTrials, nil)
+	for _, tc := range []struct{ name, body string }{
+		{"index.html", "<!DOCTYPE html>\n<html><body>my own page</body></html>\n"},
+		{"report.md", "# Study notes\n\nwhat I found by hand\n"},
+		{"throughput.svg", "<svg>my plot</svg>"},
+		{"effect-batch.svg", "<svg>my plot</svg>"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "r")
+			if err := os.Mkdir(out, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			mine := writeFile(t, out, tc.name, tc.body)
+			code, msg := cli(t, nil, nil, "report", "--storage", db, "-o", out)
+			if want := "-o " + out + ": " + mine + " not written by sgtune report"; code != exitUsage || !strings.Contains(msg, want) {
+				t.Errorf("exit %d, want 2 and %q:\n%s", code, want, msg)
+			}
+			if b, err := os.ReadFile(mine); err != nil || string(b) != tc.body {
+				t.Errorf("%s changed: %q, %v", tc.name, b, err)
+			}
+			if ents, _ := os.ReadDir(out); len(ents) != 1 {
+				t.Errorf("report wrote into %s: %v", out, ents)
+			}
+		})
+	}
+
+	code, msg := cli(t, nil, nil, "report", "--storage", db, "-o", "/proc/nope")
+	if code != exitUsage || !strings.Contains(msg, "-o /proc/nope: the report cannot be written there") || strings.Contains(msg, "report: report:") {
+		t.Errorf("report -o /proc/nope: exit %d, want 2 naming -o\n%s", code, msg)
+	}
+
+	// An earlier report is replaced, also one an sgtune from before the
+	// mark wrote.
+	out := filepath.Join(dir, "r")
+	for i := range 2 {
+		if code, msg := cli(t, nil, nil, "report", "--storage", db, "-o", out); code != 0 {
+			t.Fatalf("report #%d: exit %d\n%s", i+1, code, msg)
+		}
+	}
+	for _, name := range []string{"index.html", "report.md"} {
+		p := filepath.Join(out, name)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := regexp.MustCompile(`<!-- Written by sgtune report[^\n]*-->\n`).ReplaceAll(b, nil)
+		if len(old) == len(b) {
+			t.Fatalf("%s carries no mark", name)
+		}
+		if err := os.WriteFile(p, old, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, msg := cli(t, nil, nil, "report", "--storage", db, "-o", out); code != 0 {
+		t.Errorf("report over an earlier unmarked report: exit %d\n%s", code, msg)
+	}
+}
