@@ -604,3 +604,26 @@ func TestEffectPlotShowsPruned(t *testing.T) {
 		t.Errorf("the effect plot has no pruned trial (%v)", err)
 	}
 }
+
+// The HTML trial table says why a trial was pruned (only report.md said
+// it) and which trial a queued one retries.
+func TestRowSaysPrunedAndRetry(t *testing.T) {
+	score, one := 100.0, 1
+	trials := []Trial{
+		{Number: 0, State: "complete", ScoreOK: true, Score: &score, Params: map[string]interface{}{"ep": "4"}},
+		{Number: 1, State: "pruned", Reason: "C16: 2815.8 tok/s < 0.50 x 18112.2", Params: map[string]interface{}{"ep": "1"}},
+		{Number: 2, State: "waiting", Params: map[string]interface{}{}, RetryOf: &one},
+	}
+	v := buildView(Study{Name: "s", Trials: trials})
+	for _, tc := range []struct {
+		n    int
+		want string
+	}{
+		{1, "pruned: C16: 2815.8 tok/s < 0.50 x 18112.2"},
+		{2, "retry of trial 1"},
+	} {
+		if got := v.row(trials[tc.n]).Verdict; got != tc.want {
+			t.Errorf("trial %d: verdict %q, want %q", tc.n, got, tc.want)
+		}
+	}
+}

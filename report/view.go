@@ -296,12 +296,18 @@ func (v *view) row(t Trial) trialRow {
 		r.Score = formatScore(*t.Score)
 		r.ScoreV = strconv.FormatFloat(*t.Score, 'f', 3, 64)
 	}
-	if t.State == "complete" && t.Score != nil {
+	switch {
+	case t.State == "complete" && t.Score != nil:
 		if t.ScoreOK {
 			r.Verdict, r.VerdictKind = "meets", "meets"
 		} else {
 			r.Verdict, r.VerdictKind = "misses: "+t.Reason, "misses"
 		}
+	case t.State == "pruned" && t.Reason != "":
+		// Why the cheap levels stopped it: the rule and the figures.
+		r.Verdict, r.VerdictKind = "pruned: "+t.Reason, "misses"
+	case t.RetryOf != nil:
+		r.Verdict = fmt.Sprintf("retry of trial %d", *t.RetryOf)
 	}
 	if t.Seconds > 0 {
 		r.Seconds = duration(t.Seconds)
