@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -367,5 +369,28 @@ func TestFullDiskSaysWhatNext(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "no space left on device") ||
 		!strings.Contains(out, "sgtune: the disk is full: free space there, then run the same command again\n") {
 		t.Errorf("export to a full disk: exit %d\n%s", code, out)
+	}
+}
+
+// TestReadOnlyClosedPipe: a command that only reads, piped into a reader
+// that stops early (`sgtune status | head -1`), ends as Unix tools do, of
+// SIGPIPE and silently; it exited 130 saying "interrupted", as if Ctrl-C
+// had stopped a run.
+func TestReadOnlyClosedPipe(t *testing.T) {
+	bin := buildBins(t, "sgtune")
+	db := seedStudy(t, t.TempDir(), rankingTrials, nil)
+	cmd := exec.Command(filepath.Join(bin, "sgtune"), "status", "--storage", db)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // the reader is gone before sgtune writes
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = w, &stderr
+	err = cmd.Run()
+	w.Close()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGPIPE || stderr.Len() > 0 {
+		t.Errorf("status into a closed pipe: %v, stderr %q; want killed by SIGPIPE, nothing said", err, stderr.String())
 	}
 }

@@ -50,7 +50,12 @@ func main() {
 	// its trial is stopped, its Slurm job cancelled, and it is re-run on
 	// resume (a HUP killed the process and left the job holding its GPUs).
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	stopOnClosedOutput(sig)
+	if len(os.Args) > 1 && (os.Args[1] == "run" || os.Args[1] == "worker") {
+		// A command that only reads (`sgtune best | head -1`) dies of the
+		// closed pipe silently, as Unix tools do; one that runs trials
+		// must stop them first.
+		stopOnClosedOutput(sig)
+	}
 	a := &app{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, interrupts: sig, exit: os.Exit}
 	os.Exit(a.execute(context.Background(), os.Args[1:]))
 }
