@@ -33,8 +33,10 @@ package storage
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -42,6 +44,7 @@ import (
 	"time"
 
 	"github.com/c-bata/goptuna"
+	"github.com/jackc/pgx/v5/pgconn"
 	sqlite3 "github.com/mattn/go-sqlite3"
 )
 
@@ -261,18 +264,60 @@ func (s *Store) write(fn func(tx *txn) error) error {
 
 func (s *Store) writeCtx(ctx context.Context, fn func(tx *txn) error) error {
 	var err error
-	for attempt := 0; attempt < 6; attempt++ {
+	down := s.outage()
+	for attempt := 0; ; attempt++ {
 		err = s.tryWrite(ctx, fn)
-		if !s.retryable(err) {
+		wait, again := down(err)
+		if !again && s.retryable(err) && attempt < 6 {
+			wait, again = time.Duration(25*(attempt+1))*time.Millisecond, true
+		}
+		if !again {
 			return err
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("storage: %w (after: %w)", ctx.Err(), err)
-		case <-time.After(time.Duration(25*(attempt+1)) * time.Millisecond):
+		case <-time.After(wait):
 		}
 	}
-	return err
+}
+
+// errUnreachable marks a transaction that could not begin because the
+// PostgreSQL server could not be reached (restarting, a network cut).
+var errUnreachable = errors.New("database unreachable")
+
+// outageWait is how long a transaction waits, in all, for a PostgreSQL
+// server that cannot be reached before it fails: a restart or a short
+// network cut must not end a worker that holds a measured trial. It is
+// the lease time, after which other workers take the trial over anyway.
+var outageWait = 2 * time.Minute
+
+// outage returns, for one transaction, whether to try it again after err
+// and how long to wait first: while the server cannot be reached (the
+// transaction never began, so trying again is safe), with a backoff of
+// 250 ms doubling to 10 s, for outageWait in all.
+func (s *Store) outage() func(err error) (time.Duration, bool) {
+	start, wait := time.Now(), 250*time.Millisecond
+	return func(err error) (time.Duration, bool) {
+		if !errors.Is(err, errUnreachable) || time.Since(start) >= outageWait {
+			return 0, false
+		}
+		w := wait
+		wait = min(2*wait, 10*time.Second)
+		return w, true
+	}
+}
+
+// unreachable reports whether err, from beginning a transaction, says the
+// server could not be reached: nothing was sent, so the transaction may be
+// tried again.
+func (s *Store) unreachable(err error) bool {
+	if s.d != dialectPostgres || err == nil {
+		return false
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err)
 }
 
 func (s *Store) retryable(err error) bool {
@@ -288,6 +333,9 @@ func (s *Store) retryable(err error) bool {
 func (s *Store) tryWrite(ctx context.Context, fn func(tx *txn) error) error {
 	tx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {
+		if s.unreachable(err) && ctx.Err() == nil {
+			return fmt.Errorf("storage: begin: %w: %w", errUnreachable, err)
+		}
 		return fmt.Errorf("storage: begin: %w", err)
 	}
 	if err := fn(&txn{tx: tx, ctx: ctx, d: s.d, write: true}); err != nil {
@@ -311,12 +359,27 @@ func (s *Store) readCtx(ctx context.Context, fn func(tx *txn) error) error {
 	if s.d == dialectPostgres {
 		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
 	}
-	tx, err := s.rdb.BeginTx(ctx, opts)
-	if err != nil {
-		return fmt.Errorf("storage: begin read: %w", err)
+	down := s.outage()
+	for {
+		tx, err := s.rdb.BeginTx(ctx, opts)
+		if err != nil && s.unreachable(err) && ctx.Err() == nil {
+			err = fmt.Errorf("storage: begin read: %w: %w", errUnreachable, err)
+			if wait, again := down(err); again {
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("storage: %w (after: %w)", ctx.Err(), err)
+				case <-time.After(wait):
+				}
+				continue
+			}
+			return err
+		}
+		if err != nil {
+			return fmt.Errorf("storage: begin read: %w", err)
+		}
+		defer tx.Rollback() //nolint:errcheck // read-only; nothing to keep
+		return fn(&txn{tx: tx, ctx: ctx, d: s.d})
 	}
-	defer tx.Rollback() //nolint:errcheck // read-only; nothing to keep
-	return fn(&txn{tx: tx, ctx: ctx, d: s.d})
 }
 
 func isBusy(err error) bool {

@@ -1,0 +1,134 @@
+package storage
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+)
+
+// proxy forwards TCP connections to a server until it is taken down
+// (listener and open connections closed) and back up on the same address:
+// a PostgreSQL restart or a network cut, seen from the client.
+type proxy struct {
+	t      *testing.T
+	target string
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	p := &proxy{t: t, target: target}
+	p.up("127.0.0.1:0")
+	t.Cleanup(p.down)
+	return p
+}
+
+func (p *proxy) up(addr string) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.ln, p.addr = ln, ln.Addr().String()
+	p.mu.Unlock()
+	p.wg.Add(1)
+	go func() { // ends when down closes the listener
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go func() { defer p.wg.Done(); _, _ = io.Copy(s, c); s.Close() }()
+			go func() { defer p.wg.Done(); _, _ = io.Copy(c, s); c.Close() }()
+		}
+	}()
+}
+
+func (p *proxy) down() {
+	p.mu.Lock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// TestPostgresOutage: a write or read that finds the PostgreSQL server
+// unreachable waits for it (a worker holding a measured trial stored it
+// once the server was back, instead of losing it and exiting), and fails
+// with errUnreachable after outageWait.
+func TestPostgresOutage(t *testing.T) {
+	b := postgresBackend(t)
+	dsn, err := url.Parse(b.newDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, dsn.Host)
+	dsn.Host = px.addr
+	s, err := Open(dsn.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	id, err := s.CreateNewStudy("outage")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	px.down()
+	go func() {
+		time.Sleep(time.Second)
+		px.up(px.addr)
+	}()
+	start := time.Now()
+	if err := s.SetStudyUserAttr(id, "k", "v"); err != nil {
+		t.Fatalf("a write during a 1 s outage: %v", err)
+	}
+	if d := time.Since(start); d < time.Second {
+		t.Errorf("the write took %v: the outage was not seen", d)
+	}
+	if attrs, err := s.GetStudyUserAttrs(id); err != nil || attrs["k"] != "v" {
+		t.Fatalf("after the outage: %v, %v", attrs, err)
+	}
+
+	// A read waits too.
+	px.down()
+	go func() {
+		time.Sleep(time.Second)
+		px.up(px.addr)
+	}()
+	if _, err := s.GetStudyUserAttrs(id); err != nil {
+		t.Fatalf("a read during a 1 s outage: %v", err)
+	}
+
+	// An outage longer than outageWait fails the write, saying why.
+	defer func(w time.Duration) { outageWait = w }(outageWait)
+	outageWait = 500 * time.Millisecond
+	px.down()
+	if err := s.SetStudyUserAttr(id, "k", "w"); !errors.Is(err, errUnreachable) {
+		t.Errorf("a write during a long outage: %v, want %v", err, errUnreachable)
+	}
+	px.up(px.addr)
+}
