@@ -71,7 +71,10 @@ type SlurmOptions struct {
 	Nodes int
 	// GPURequest is the sbatch option asking for each node's GPUs, e.g.
 	// --gres=gpu:4 or --gpus-per-node=4.
-	GPURequest  string
+	GPURequest string
+	// CPUsPerTask is --cpus-per-task (a CPU engine's cores); 0 leaves it
+	// to the cluster.
+	CPUsPerTask int
 	ExtraSbatch []string // more sbatch options, verbatim
 	// PendingTimeout is how long the job may wait in the queue before it is
 	// cancelled and reported as ClassSlurmPending; 0 means DefaultPendingTimeout.
@@ -306,6 +309,9 @@ func sbatchArgs(opt SlurmOptions) []string {
 	args := []string{"--export=ALL", "--no-requeue", fmt.Sprintf("--nodes=%d", nodes), "--ntasks-per-node=1"}
 	if opt.GPURequest != "" {
 		args = append(args, opt.GPURequest)
+	}
+	if opt.CPUsPerTask > 0 {
+		args = append(args, fmt.Sprintf("--cpus-per-task=%d", opt.CPUsPerTask))
 	}
 	if opt.Partition != "" {
 		args = append(args, "--partition="+opt.Partition)

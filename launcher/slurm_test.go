@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -322,5 +323,13 @@ func TestCheckSlurmCause(t *testing.T) {
 				t.Errorf("bad input %v, want %v: %v", got, tc.bad, err)
 			}
 		})
+	}
+}
+
+// TestSbatchArgsCPUs: a CPU engine's job asks for its cores and no GPU.
+func TestSbatchArgsCPUs(t *testing.T) {
+	got := sbatchArgs(SlurmOptions{CPUsPerTask: 2, Partition: "debug"})
+	if !slices.Contains(got, "--cpus-per-task=2") || slices.ContainsFunc(got, func(a string) bool { return strings.Contains(a, "gpu") }) {
+		t.Errorf("sbatch args %v, want --cpus-per-task=2 and no GPU request", got)
 	}
 }

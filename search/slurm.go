@@ -43,7 +43,7 @@ func (r *runner) slurmBackend(ctx context.Context, target objective.Target) (Bac
 	sl := r.st.Launch.Slurm
 	opt := launcher.SlurmOptions{
 		Partition: sl.Partition, Account: sl.Account, TimeLimit: sl.TimeLimit, Nodes: sl.Nodes,
-		GPURequest: sl.GPURequest, ExtraSbatch: sl.ExtraSbatch, PendingTimeout: sl.PendingTimeout,
+		GPURequest: sl.GPURequest, CPUsPerTask: sl.CPUsPerTask, ExtraSbatch: sl.ExtraSbatch, PendingTimeout: sl.PendingTimeout,
 	}
 	if opt.Nodes > 1 {
 		f, ok := slurmNodeFlags[r.st.Engine.Name]

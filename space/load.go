@@ -1378,6 +1378,51 @@ func (d *dec) slurm(st *Study, launch *mapNode) {
 		m.failKey("nodes", "%d; valid: 1 or more", s.Nodes)
 		s.Nodes = 1
 	}
+	s.CPUsPerTask = st.CPUsPerTrial
+	if !st.Engine.Kind.UsesGPUs {
+		// A CPU engine's job asks for its cores, not for GPUs.
+		for _, k := range []string{"gres", "gpus_per_node"} {
+			if m.has(k) {
+				m.failKey(k, "%s runs on CPUs: its jobs ask for no GPUs; valid: leave %s out (cpus.per_trial sets --cpus-per-task)", st.Engine.Name, k)
+			}
+		}
+		if s.Nodes > 1 {
+			m.failKey("nodes", "%d: multi-node trials need an engine launched with --nnodes/--node-rank/--dist-init-addr (sglang), not %s; valid: 1",
+				s.Nodes, st.Engine.Name)
+		}
+	} else {
+		d.slurmGPUs(st, m, s)
+	}
+	for i, n := range m.list("extra_sbatch") {
+		path := fmt.Sprintf("launch.slurm.extra_sbatch[%d]", i)
+		v, ok := d.scalarString(n, path)
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(v, "=")
+		if len(name) > 2 && name[1] != '-' {
+			name = name[:2] // a short option with its value attached: -N2
+		}
+		if !strings.HasPrefix(v, "-") || strings.ContainsAny(name, " \t\n") {
+			d.fail(n, path, "%q; valid: one sbatch option per item, its value after =, e.g. --qos=high or --constraint=h200", v)
+			continue
+		}
+		if field, owned := sbatchOwned[name]; owned {
+			if field != "" {
+				d.fail(n, path, "%s is set by sgtune; valid: launch.slurm.%s", name, field)
+			} else {
+				d.fail(n, path, "%s is set by sgtune for every trial's job; valid: leave it out", name)
+			}
+			continue
+		}
+		s.ExtraSbatch = append(s.ExtraSbatch, v)
+	}
+}
+
+// slurmGPUs reads how a GPU engine's job asks for its GPUs: gpus.per_trial
+// split evenly over launch.slurm.nodes, as --gres=gpu:N, gres or
+// gpus_per_node.
+func (d *dec) slurmGPUs(st *Study, m *mapNode, s *Slurm) {
 	per := st.GPUsPerTrial
 	if per%s.Nodes != 0 {
 		m.failKey("nodes", "%d nodes do not split gpus.per_trial = %d evenly; valid: a divisor of %d", s.Nodes, per, per)
@@ -1419,29 +1464,5 @@ func (d *dec) slurm(st *Study, launch *mapNode) {
 		default:
 			s.GPURequest = "--gres=" + gres
 		}
-	}
-	for i, n := range m.list("extra_sbatch") {
-		path := fmt.Sprintf("launch.slurm.extra_sbatch[%d]", i)
-		v, ok := d.scalarString(n, path)
-		if !ok {
-			continue
-		}
-		name, _, _ := strings.Cut(v, "=")
-		if len(name) > 2 && name[1] != '-' {
-			name = name[:2] // a short option with its value attached: -N2
-		}
-		if !strings.HasPrefix(v, "-") || strings.ContainsAny(name, " \t\n") {
-			d.fail(n, path, "%q; valid: one sbatch option per item, its value after =, e.g. --qos=high or --constraint=h200", v)
-			continue
-		}
-		if field, owned := sbatchOwned[name]; owned {
-			if field != "" {
-				d.fail(n, path, "%s is set by sgtune; valid: launch.slurm.%s", name, field)
-			} else {
-				d.fail(n, path, "%s is set by sgtune for every trial's job; valid: leave it out", name)
-			}
-			continue
-		}
-		s.ExtraSbatch = append(s.ExtraSbatch, v)
 	}
 }

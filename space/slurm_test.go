@@ -110,3 +110,28 @@ launch:
 		t.Errorf("stale_after 20s: %v %+v", err, st)
 	}
 }
+
+// TestLoadSlurmCPUEngine: a llama.cpp (CPU) study's jobs ask for
+// cpus.per_trial cores and no GPU (sbatch asked for --gres=gpu:1, which a
+// CPU partition refuses, and no cores); GPU options and several nodes are
+// errors naming the engine.
+func TestLoadSlurmCPUEngine(t *testing.T) {
+	const cpu = llamaBase + "cpus: {per_trial: 2}\n"
+	st, err := Parse("t.yaml", []byte(cpu+"launch: {scheduler: slurm, slurm: {partition: debug}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Launch.Slurm; got.GPURequest != "" || got.CPUsPerTask != 2 {
+		t.Errorf("launch.slurm = %+v, want no GPU request and 2 CPUs per task", got)
+	}
+	for _, tc := range []struct{ slurm, want string }{
+		{"{gres: gpu:1}", "launch.slurm.gres: llamacpp runs on CPUs: its jobs ask for no GPUs"},
+		{"{gpus_per_node: 1}", "launch.slurm.gpus_per_node: llamacpp runs on CPUs"},
+		{"{nodes: 2}", "launch.slurm.nodes: 2: multi-node trials need an engine launched with --nnodes"},
+	} {
+		_, err := Parse("t.yaml", []byte(cpu+"launch: {scheduler: slurm, slurm: "+tc.slurm+"}\n"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("slurm %s: got %v, want %q", tc.slurm, err, tc.want)
+		}
+	}
+}

@@ -122,8 +122,12 @@ type Slurm struct {
 	Nodes int
 	// GPURequest is the sbatch option that asks for the GPUs of each node:
 	// --gres=gpu:N (default), --gres=<launch.slurm.gres>, or
-	// --gpus-per-node=N (launch.slurm.gpus_per_node).
-	GPURequest     string
+	// --gpus-per-node=N (launch.slurm.gpus_per_node); "" for an engine that
+	// runs on CPUs.
+	GPURequest string
+	// CPUsPerTask is sbatch --cpus-per-task: cpus.per_trial (a CPU
+	// engine's cores); 0 asks for none.
+	CPUsPerTask    int
 	ExtraSbatch    []string      // more sbatch options, verbatim
 	PendingTimeout time.Duration // a job pending longer is cancelled and reported (default 10m)
 }
