@@ -337,13 +337,38 @@ func (c *client) resolveModel(ctx context.Context, model string) (string, error)
 	return list.Data[0].ID, nil
 }
 
+// maxModelLen returns the max_model_len /v1/models gives model (0 when
+// it does not say or cannot be read: the caller then assumes no limit).
+func (c *client) maxModelLen(ctx context.Context, model string) int {
+	var list struct {
+		Data []struct {
+			ID          string `json:"id"`
+			MaxModelLen int    `json:"max_model_len"`
+		} `json:"data"`
+	}
+	if err := c.lookup(ctx, "/v1/models", &list); err != nil {
+		return 0
+	}
+	for _, m := range list.Data {
+		if m.ID == model {
+			return m.MaxModelLen
+		}
+	}
+	return 0
+}
+
 // ServerInfo is what sgtune reads from SGLang's /server_info.
 type ServerInfo struct {
-	MaxTotalNumTokens   int            `json:"max_total_num_tokens,omitempty"`
-	MaxRunningRequests  int            `json:"max_running_requests,omitempty"`
-	EffectiveMaxRunning int            `json:"effective_max_running_requests,omitempty"`
-	Version             string         `json:"version,omitempty"`
-	Raw                 map[string]any `json:"-"`
+	MaxTotalNumTokens   int `json:"max_total_num_tokens,omitempty"`
+	MaxRunningRequests  int `json:"max_running_requests,omitempty"`
+	EffectiveMaxRunning int `json:"effective_max_running_requests,omitempty"`
+	// ContextLength is the most tokens one request may hold, prompt and
+	// output: /server_info's context_length (set with --context-length),
+	// else the max_model_len /v1/models gives the model (SGLang, vLLM); 0
+	// when neither says.
+	ContextLength int            `json:"context_length,omitempty"`
+	Version       string         `json:"version,omitempty"`
+	Raw           map[string]any `json:"-"`
 }
 
 // serverInfo fetches /server_info (or the older /get_server_info). It
@@ -361,6 +386,7 @@ func (c *client) serverInfo(ctx context.Context) (*ServerInfo, error) {
 	}
 	si := &ServerInfo{Raw: raw}
 	si.MaxTotalNumTokens = intOf(raw["max_total_num_tokens"])
+	si.ContextLength = intOf(raw["context_length"])
 	si.MaxRunningRequests = intOf(raw["max_running_requests"])
 	if v, ok := raw["version"].(string); ok {
 		si.Version = v

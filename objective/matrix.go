@@ -45,6 +45,15 @@ func CellFits(kvTokens, context, maxOutput, conc int) bool {
 	return kvTokens <= 0 || conc*(context+maxOutput) <= kvTokens
 }
 
+// overContext says why a request of context+maxOutput tokens exceeds the
+// server's context length limit (0 = unknown: it fits), or "".
+func overContext(limit, context, maxOutput int) string {
+	if limit <= 0 || context+maxOutput <= limit {
+		return ""
+	}
+	return fmt.Sprintf("%d + %d = %d tokens > the server's context length %d", context, maxOutput, context+maxOutput, limit)
+}
+
 // runMatrix is the seed-004 workload: per context a prefill measurement
 // (one request, TTFT and prompt tok/s) and fixed-duration decode cells per
 // concurrency, skipping cells that cannot fit the KV cache.
@@ -61,6 +70,15 @@ func runMatrix(ctx context.Context, c *client, model string, w Workload, opt Opt
 	}
 	if kv == 0 {
 		opt.progress("matrix: the server's KV tokens are unknown (no /server_info): no cell is skipped as over capacity")
+	}
+	// A request longer than the server's context length is refused (HTTP
+	// 400), which failed the whole trial: such a cell is skipped instead.
+	limit := 0
+	if res.Server != nil {
+		limit = res.Server.ContextLength
+	}
+	if limit == 0 {
+		limit = c.maxModelLen(ctx, model)
 	}
 	if w.Quality.Enabled {
 		if err := runGate(ctx, c, model, w, opt, res, "before"); err != nil {
@@ -98,6 +116,15 @@ func runMatrix(ctx context.Context, c *client, model string, w Workload, opt Opt
 		hang := max(hang, time.Duration(ctxLen/1000)*time.Second)
 		rng := rand.New(rand.NewPCG(uint64(ctxLen), 7))
 		base := syntheticPrompt(rng, fmt.Sprintf("[context %d]", ctxLen), ctxLen-32)
+		if why := overContext(limit, ctxLen, 1); why != "" {
+			res.Points = append(res.Points, Point{Phase: PhasePrefill, Context: ctxLen, Concurrency: 1, Status: StatusOverCapacity, State: "skipped", Note: why})
+			for _, conc := range m.Concurrency {
+				res.Points = append(res.Points, Point{Phase: PhaseDecode, Context: ctxLen, Concurrency: conc, Status: StatusOverCapacity, State: "skipped",
+					Note: overContext(limit, ctxLen, m.MaxOutput)})
+			}
+			opt.progress("prefill ctx=%d: skipped: %s", ctxLen, why)
+			continue
+		}
 		pre, err := prefill(ctx, c, model, base, ctxLen, kv, hang)
 		res.Points = append(res.Points, pre)
 		opt.progress("prefill ctx=%d: %s, %.0f prompt tok/s, TTFT %.3f s", ctxLen, pre.Status, pre.PromptTokS, pre.TTFT.P50)
@@ -112,6 +139,10 @@ func runMatrix(ctx context.Context, c *client, model string, w Workload, opt Opt
 			switch {
 			case runErr != nil:
 				notRun(PhaseDecode, ctxLen, conc, "run stopped early")
+				continue
+			case overContext(limit, ctxLen, m.MaxOutput) != "":
+				res.Points = append(res.Points, Point{Phase: PhaseDecode, Context: ctxLen, Concurrency: conc, Status: StatusOverCapacity, State: "skipped",
+					Note: overContext(limit, ctxLen, m.MaxOutput)})
 				continue
 			case !CellFits(kv, ctxLen, m.MaxOutput, conc):
 				res.Points = append(res.Points, Point{Phase: PhaseDecode, Context: ctxLen, Concurrency: conc, Status: StatusOverCapacity, State: "skipped",

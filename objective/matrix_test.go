@@ -171,3 +171,32 @@ func TestMatrixPrefillOverCapacity(t *testing.T) {
 		t.Errorf("%d requests sent, want none", n)
 	}
 }
+
+// TestMatrixOverContext: a cell whose prompt and output exceed the
+// server's context length (max_model_len) is skipped, not sent: the server
+// refuses it (HTTP 400) and that failed the whole trial.
+func TestMatrixOverContext(t *testing.T) {
+	srv := &fakesse.Server{KVTokens: 100000, MaxModelLen: 300}
+	w := Workload{Kind: "matrix", Matrix: MatrixSpec{Contexts: []int{64, 256, 400}, Concurrency: []int{1}, DurationS: 0.1, MaxOutput: 64, Warmup: boolp(false)}}
+	res, err := Run(context.Background(), fake(t, srv), w, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"prefill 64": StatusValid, "decode 64": StatusValid,
+		"prefill 256": StatusValid, "decode 256": StatusOverCapacity, // 256 + 64 > 300
+		"prefill 400": StatusOverCapacity, "decode 400": StatusOverCapacity,
+	}
+	if len(res.Points) != len(want) {
+		t.Errorf("%d points, want %d", len(res.Points), len(want))
+	}
+	for _, p := range res.Points {
+		k := fmt.Sprintf("%s %d", p.Phase, p.Context)
+		if p.Status != want[k] {
+			t.Errorf("%s: status %q (%s), want %q", k, p.Status, p.Note, want[k])
+		}
+		if p.Status == StatusOverCapacity && (p.Issued != 0 || !strings.Contains(p.Note, "> the server's context length 300")) {
+			t.Errorf("%s: issued %d, note %q", k, p.Issued, p.Note)
+		}
+	}
+}

@@ -6,6 +6,7 @@ package fakesse
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -34,6 +35,8 @@ type Server struct {
 	NoUsage bool
 	// KVTokens and MaxRunning are reported by /server_info (0 = omitted).
 	KVTokens, MaxRunning int
+	// MaxModelLen is the max_model_len /v1/models reports (0: 1048576).
+	MaxModelLen int
 	// Corrupt makes structured outputs invalid JSON and drops tool calls.
 	Corrupt bool
 	// NoMetrics answers /metrics with 404, as SGLang without
@@ -111,7 +114,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/health", "/health_generate":
 		w.WriteHeader(http.StatusOK)
 	case "/v1/models":
-		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","created":1700000000,"owned_by":"sglang","root":%q,"parent":null,"max_model_len":1048576}]}`, s.model(), s.model())
+		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","created":1700000000,"owned_by":"sglang","root":%q,"parent":null,"max_model_len":%d}]}`,
+			s.model(), s.model(), cmp.Or(s.MaxModelLen, 1048576))
 	case "/server_info", "/get_server_info":
 		info := map[string]any{"status": "ready", "version": "fake-0.1"}
 		if s.KVTokens > 0 {
