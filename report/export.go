@@ -22,6 +22,14 @@ import (
 // server's API key from at run time.
 const DefaultAPIKeyEnv = "SGTUNE_API_KEY"
 
+// Pooled is the declared winner's measurement over its runs: the
+// mean score, how many runs, and the range of those that met the SLO.
+type Pooled struct {
+	Pooled float64 `json:"pooled"`
+	Runs   int     `json:"runs"`
+	Spread float64 `json:"spread"`
+}
+
 // Launch is what an export needs to know about one trial.
 type Launch struct {
 	// Engine is the engine the trial ran (its API key flag, image, whether
@@ -41,7 +49,9 @@ type Launch struct {
 	Params      map[string]interface{}
 	// Confirmed says how the study's declared winner measured when it was
 	// run again ("pooled P over K runs, spread S"); "" for another trial.
-	Confirmed string
+	// Confirmation holds the same figures for scripts (JSON); nil then.
+	Confirmed    string
+	Confirmation *Pooled
 	// Measured are the key figures at the scored level; nil when the
 	// trial has no measurement there.
 	Measured *Figures
@@ -111,6 +121,7 @@ func Write(w io.Writer, format string, l Launch) error {
 			Score         *float64               `json:"score"`
 			ScoreReason   string                 `json:"score_reason,omitempty"`
 			Confirmed     string                 `json:"confirmed,omitempty"`
+			Confirmation  *Pooled                `json:"confirmation,omitempty"`
 			Measured      *Figures               `json:"measured,omitempty"`
 			Version       string                 `json:"engine_version,omitempty"`
 			ModelRevision string                 `json:"model_revision,omitempty"`
@@ -122,7 +133,7 @@ func Write(w io.Writer, format string, l Launch) error {
 			Env           map[string]string      `json:"env,omitempty"`
 			GPUs          string                 `json:"cuda_visible_devices,omitempty"`
 			Params        map[string]interface{} `json:"params"`
-		}{l.Engine.Name, l.Study, l.Trial, l.Warning, l.Score, l.ScoreReason, l.Confirmed, l.Measured, l.Version, l.ModelRevision, date(l.Created),
+		}{l.Engine.Name, l.Study, l.Trial, l.Warning, l.Score, l.ScoreReason, l.Confirmed, l.Confirmation, l.Measured, l.Version, l.ModelRevision, date(l.Created),
 			l.APIKeyEnv, l.Command, model, l.Flags, l.Env, l.GPUs, l.Params})
 	}
 	return fmt.Errorf("unknown format %q (valid: %s)", format, strings.Join(Formats, ", "))

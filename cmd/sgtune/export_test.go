@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sgtune/sgtune/report"
 	"github.com/sgtune/sgtune/search"
 	"github.com/sgtune/sgtune/storage"
 )
@@ -135,8 +136,18 @@ func TestCommandsFollowTheDeclaredWinner(t *testing.T) {
 		!strings.Contains(string(body), "#   confirmed:      pooled 1850.00 over 2 runs, spread 100.00\n") {
 		t.Errorf("export wrote trial other than the winner 1, or without its confirmation (%v):\n%s", err, body)
 	}
+	// export --format json gives the confirmation as numbers, for scripts.
+	code, out := cli(t, nil, nil, "export", "--storage", db, "--format", "json")
+	var exp struct {
+		Trial        int            `json:"trial"`
+		Confirmation *report.Pooled `json:"confirmation"`
+	}
+	if err := json.Unmarshal([]byte(out), &exp); code != 0 || err != nil || exp.Trial != 1 || exp.Confirmation == nil ||
+		*exp.Confirmation != (report.Pooled{Pooled: 1850, Runs: 2, Spread: 100}) {
+		t.Errorf("export --format json: exit %d, %v, %+v:\n%s", code, err, exp, out)
+	}
 	// best --json carries the confirmation beside the trial's own fields.
-	code, out := cli(t, nil, nil, "best", "--storage", db, "--json")
+	code, out = cli(t, nil, nil, "best", "--storage", db, "--json")
 	var doc struct {
 		Number    int            `json:"number"`
 		Confirmed *search.Winner `json:"confirmed"`

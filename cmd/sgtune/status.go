@@ -213,6 +213,7 @@ in the header.`,
 			}
 			if w := d.confirmation(rec); w != nil {
 				l.Confirmed = strings.TrimPrefix(w.Confirmed(), "confirmed: ")
+				l.Confirmation = &report.Pooled{Pooled: w.Pooled, Runs: len(w.Runs), Spread: w.Spread}
 			}
 			switch {
 			case command != "":
