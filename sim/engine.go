@@ -95,8 +95,6 @@ type Engine struct {
 	prefilling *Seq
 	kvUsed     int
 	highWater  map[string]int
-	peak, warm int // in-flight load buckets: seen at submission, compiled for
-	arriving   int // requests received but not yet submitted
 	// cachedStates counts state slots held by the radix cache for
 	// finished requests (radix on), bounded by the slots running requests
 	// leave free.
@@ -255,36 +253,6 @@ func (e *Engine) submitAt(s *Seq, now, start, overhead float64) {
 	s.arrive = s.start + max(0, e.p.Perf.FrontendMS/1000-overhead)
 	s.late = s.arrive < now
 	e.pending = append(e.pending, s)
-	if !s.Health {
-		// Requests still being received count as in flight too: the
-		// client sent them together with this one.
-		inflight := len(e.pending) + len(e.waiting) + len(e.running) + e.arriving
-		if e.prefilling != nil {
-			inflight++
-		}
-		if b := pow2(min(inflight, max(e.pl.EffectiveMRR, 1))); b > e.peak {
-			if e.Debug && e.log != nil {
-				fmt.Fprintf(e.log, "[%s%s] [sim] load rose to %d in flight (pending %d, waiting %d, running %d)\n", stamp(), e.logPf, inflight, len(e.pending), len(e.waiting), len(e.running))
-			}
-			e.peak = b
-		}
-	}
-}
-
-// Receiving marks a request as received (its body is being parsed) until
-// the returned function is called, just before Submit or on rejection.
-func (e *Engine) Receiving() (done func()) {
-	e.mu.Lock()
-	e.arriving++
-	e.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			e.mu.Lock()
-			e.arriving--
-			e.mu.Unlock()
-		})
-	}
 }
 
 // Abort removes s (client went away).
@@ -511,9 +479,9 @@ func pow2(n int) int {
 }
 
 // cold returns the penalty when a step runs a batch larger than any seen
-// before (JIT kernels compile on first use): n (prefill: new tokens;
-// decode: requests) rounded up to a power of two is compared with the
-// high-water mark of its kind.
+// before (JIT kernels compile on first use): n (the running batch the
+// prefill builds, or the decoding requests) rounded up to a power of two
+// is compared with the high-water mark of its kind.
 func (e *Engine) cold(kind string, n int, health bool) float64 {
 	if health {
 		return 0
@@ -529,6 +497,27 @@ func (e *Engine) cold(kind string, n int, health bool) float64 {
 	}
 	if !e.pl.CUDAGraph && e.p.Perf.NoGraphColdScale > 0 {
 		pen *= e.p.Perf.NoGraphColdScale
+	}
+	return pen
+}
+
+// coldPrefill is the first-time cost of a prefill step after which
+// running requests run: SGLang pays for a batch shape (JIT kernels,
+// autotuning; decode CUDA graphs are captured at startup) on the first
+// batch of that size, so the shape is the running batch this step builds,
+// rounded up to a power of two, not the load in flight. Counting requests
+// in flight at submission missed those inside a prefill step: a warm-up
+// whose second half arrived during the first half's prefill decoded 16
+// together without paying, and the measured repeat paid instead (make
+// demo: C16 3,715 tok/s against about 19,000).
+func (e *Engine) coldPrefill(running int, health bool) float64 {
+	if health {
+		return 0
+	}
+	had := e.highWater["p"]
+	pen := e.cold("p", running, false)
+	if pen > 0 && e.Debug && e.log != nil {
+		fmt.Fprintf(e.log, "[%s%s] [sim] cold batch shape: prefill to %d running (compiled for %d), +%.1f s\n", stamp(), e.logPf, running, had, pen)
 	}
 	return pen
 }
@@ -570,7 +559,7 @@ func (e *Engine) plan() (float64, func()) {
 	// A chunked prefill in progress continues first.
 	if s := e.prefilling; s != nil {
 		n := min(s.prefLeft, max(e.pl.ChunkedPrefill, 1))
-		dur := e.prefillS([]*Seq{s}, []int{n})
+		dur := e.prefillS([]*Seq{s}, []int{n}) + e.coldPrefill(len(e.running)+1, s.Health)
 		return dur, func() {
 			s.prefLeft -= n
 			if s.prefLeft <= 0 {
@@ -649,19 +638,7 @@ func (e *Engine) plan() (float64, func()) {
 		for _, s := range batch {
 			allHealth = allHealth && s.Health
 		}
-		// Kernels compile (JIT) for batch shapes on first use. The shape
-		// follows the load in flight: the first prefill after the number
-		// of requests in flight (capped by the running cap) rose to a new
-		// power-of-two bucket pays the cold penalty, so one wave at a
-		// concurrency level warms that level up.
-		if e.peak > e.warm && !allHealth {
-			pen := e.cold("p", e.peak, false)
-			if e.Debug && e.log != nil {
-				fmt.Fprintf(e.log, "[%s%s] [sim] cold batch shape: %d requests in flight (compiled for %d), +%.1f s\n", stamp(), e.logPf, e.peak, e.warm, pen)
-			}
-			dur += pen
-			e.warm = e.peak
-		}
+		dur += e.coldPrefill(running, allHealth)
 		e.logPrefill(batch, toks)
 		return dur, func() {
 			for _, s := range batch {

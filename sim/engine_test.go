@@ -123,3 +123,83 @@ func TestEngineCrashWhenRunningOver(t *testing.T) {
 		t.Error("submit after crash accepted")
 	}
 }
+
+// TestColdShapeFollowsRunningBatch: a batch shape is cold until a batch of
+// that size ran, however its requests arrived. The make-demo case: a C16
+// warm-up whose second half reached the server while the first half's
+// prefill step ran (a busy machine staggers the client's sends) decoded 16
+// together, yet the simulator, which counted requests in flight at
+// submission and did not see the ones inside that prefill step, charged
+// the first-time cost to the measured repeat (C16 3,715 tok/s against
+// about 19,000; the trial was pruned on it).
+func TestColdShapeFollowsRunningBatch(t *testing.T) {
+	p := mustProfile(t, "glm-5.3-flash-h200x4")
+	_, pl := resolveArgv(t, p, seedConfigs[5].argv) // quad-ep4: 64 running
+	e := NewEngine(p, pl, nil, 1, io.Discard, nil)
+	key := uint64(0)
+	submit := func(n int, at float64) []*Seq {
+		out := make([]*Seq, n)
+		for i := range out {
+			key++
+			out[i] = &Seq{Prompt: 262, Limit: 64, PromptKey: key}
+			e.submitAt(out[i], at, at, 0)
+		}
+		return out
+	}
+	// drive runs the scheduler as Engine.Run does, on a virtual clock,
+	// until seqs are done; during, when set, runs in the middle of the
+	// first step. It returns the most requests decoding at once and the
+	// longest step.
+	drive := func(seqs []*Seq, during func(mid float64)) (maxRunning int, longest float64) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		now := e.simT
+		for {
+			done := true
+			for _, s := range seqs {
+				done = done && s.Done()
+			}
+			if done {
+				return maxRunning, longest
+			}
+			st := e.decide(now, 0)
+			switch st.kind {
+			case stepWait:
+				now = max(now, st.until)
+			case stepRun:
+				if during != nil {
+					during(e.simT + st.dur/2)
+					during = nil
+				}
+				e.simT += st.dur
+				now = e.simT
+				st.apply()
+				maxRunning = max(maxRunning, len(e.running))
+				longest = max(longest, st.dur)
+			default:
+				t.Fatalf("step kind %d with requests in flight", st.kind)
+			}
+		}
+	}
+	cold := p.Perf.ColdPrefillS
+	// A gate at concurrency 8 compiles the shapes up to 8.
+	if _, longest := drive(submit(8, e.simT), nil); longest < cold {
+		t.Fatalf("first wave of 8: longest step %.2f s, want the cold penalty (%.1f s)", longest, cold)
+	}
+	// The C16 warm-up: 8 now, 8 more while their prefill step runs.
+	first := submit(8, e.simT)
+	var second []*Seq
+	together, longest := drive(first, func(mid float64) { second = submit(8, mid) })
+	t2, l2 := drive(second, nil)
+	together, longest = max(together, t2), max(longest, l2)
+	if together != 16 {
+		t.Fatalf("warm-up decoded %d together, want 16", together)
+	}
+	if longest < cold {
+		t.Errorf("warm-up ran a batch of 16 for the first time in %.2f s at most, want the cold penalty (%.1f s)", longest, cold)
+	}
+	// The measured repeat: 16 at once, a shape the warm-up ran.
+	if _, longest := drive(submit(16, e.simT), nil); longest >= cold {
+		t.Errorf("measured repeat after a warm-up that decoded 16 together: a %.2f s step, want no cold penalty (%.1f s)", longest, cold)
+	}
+}

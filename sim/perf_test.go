@@ -159,26 +159,3 @@ func TestSubmitReceived(t *testing.T) {
 		t.Errorf("front-end latency %.4f s, want %.4f", got, want)
 	}
 }
-
-// TestReceivingCountsInFlight: requests still being received count toward
-// the in-flight load that warms batch shapes.
-func TestReceivingCountsInFlight(t *testing.T) {
-	p := mustProfile(t, "glm-5.3-flash-h200x4")
-	_, pl := resolveArgv(t, p, seedConfigs[5].argv)
-	e := NewEngine(p, pl, nil, 10, io.Discard, nil)
-	var dones []func()
-	for range 3 {
-		dones = append(dones, e.Receiving())
-	}
-	dones[0]()
-	dones[0]() // idempotent
-	if err := e.Submit(&Seq{Prompt: 10, Limit: 4}); err != nil {
-		t.Fatal(err)
-	}
-	if e.peak != 4 {
-		t.Errorf("peak %d after one submission with two more being received, want 4 (3 rounded up)", e.peak)
-	}
-	if e.arriving != 2 {
-		t.Errorf("arriving %d, want 2", e.arriving)
-	}
-}

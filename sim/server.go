@@ -366,8 +366,6 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 405, errorBody("Method Not Allowed", 405))
 		return
 	}
-	received := s.eng.Receiving()
-	defer received()
 	var req chatRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		writeJSON(w, 400, errorBody("Invalid request body: "+err.Error(), 400))
@@ -384,7 +382,6 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	seq.Notify = make(chan struct{}, 1)
 	seq.Received = recv
-	received()
 	if err := s.eng.Submit(seq); err != nil {
 		writeJSON(w, 500, errorBody("engine unavailable", 500))
 		return
