@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -117,12 +116,15 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 	for li, conc := range spec.Concurrency {
 		n := spec.Requests[li]
 		cold := ""
+		lower := Medians(res.Points)
+		w0 := len(res.Warmup)
 		if *spec.Warmup {
 			var err error
 			if cold, err = warm(conc, n); err != nil {
 				return err
 			}
 		}
+		waves := res.Warmup[w0:]
 		first := len(res.Points)
 		for r := 1; r <= spec.Repeats; r++ {
 			opt.phase("C%d r%d", conc, r)
@@ -144,6 +146,9 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 			if r == 1 && cold != "" {
 				p.Note = cold
 			}
+			if p.State == "passed" {
+				flagBelow(&p, waves, lower)
+			}
 			res.Points = append(res.Points, p)
 			res.Requests = append(res.Requests, recs...)
 			opt.progress("%s", progressLine(p, spec.Repeats))
@@ -157,7 +162,16 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 				return fmt.Errorf("concurrency %d repeat %d: %d of %d %w: %s", conc, r, p.Failed, p.Issued, ErrFailedRequests, b.firstError())
 			}
 		}
+		before := make([]string, len(res.Points)-first)
+		for i, p := range res.Points[first:] {
+			before[i] = p.Outlier
+		}
 		flagOutliers(res.Points[first:])
+		for i, p := range res.Points[first:] {
+			if p.Outlier != before[i] {
+				opt.progress("c=%d r=%d/%d FLAGGED: %s", p.Concurrency, p.Repeat, spec.Repeats, p.Outlier)
+			}
+		}
 		if opt.AfterLevel != nil && li < len(spec.Concurrency)-1 {
 			if err := opt.AfterLevel(conc, res.Points[first:]); err != nil {
 				return fmt.Errorf("after concurrency %d: %w", conc, err)
@@ -266,9 +280,66 @@ func flagOutliers(pts []Point) {
 		if mf > 0 && p.TTFT.P50 > 0 && (p.TTFT.P50/mf > outlierTTFT || mf/p.TTFT.P50 > outlierTTFT) {
 			why = append(why, fmt.Sprintf("TTFT p50 %.3f s vs the repeats' median %.3f s", p.TTFT.P50, mf))
 		}
-		if len(why) > 0 {
-			p.Outlier = strings.Join(why, "; ")
+		p.flag(why...)
+	}
+}
+
+// Thresholds for a measured point against its own level's warm-up waves
+// and the levels below it. A warm-up wave sends the level's concurrency
+// once and pays the batch shape's first-time costs; a warm repeat runs
+// more requests in steady state, so it reads at least about the wave's
+// tok/s and a first-wave TTFT no worse than the wave's (a queue beyond the
+// running cap makes both wait alike). Throughput does not halve with more
+// concurrency. A repeat far below these references most likely paid a
+// first-time cost its warm-up did not (make demo: C16 3,715 tok/s and TTFT
+// p99 0.46 s after a 0.12 s warm-up, against about 19,000 tok/s), or was
+// disturbed; with one repeat there are no siblings to tell.
+const (
+	belowWarmupTokS = 0.5 // output tok/s under this fraction of the best wave's
+	aboveWarmupTTFT = 3.0 // TTFT p99 over this multiple of the waves' worst p99
+	ttftJitterS     = 0.1 // and over it by more than this (client jitter)
+	belowLowerTokS  = 0.5 // output tok/s under this fraction of a lower level's median
+)
+
+// flagBelow marks p (Point.Outlier) when it reads far below what its
+// level's warm-up waves or a lower concurrency level (lower: the medians
+// so far) showed the server doing, so a single cold repeat is not taken
+// for the config's throughput unseen.
+func flagBelow(p *Point, waves []Point, lower map[int]Median) {
+	var why []string
+	bestTokS, worstTTFT := 0.0, 0.0
+	for _, w := range waves {
+		if w.State != "passed" {
+			continue
 		}
+		bestTokS = max(bestTokS, w.OutputTokS)
+		worstTTFT = max(worstTTFT, w.TTFT.P99)
+	}
+	if p.OutputTokS < belowWarmupTokS*bestTokS {
+		why = append(why, fmt.Sprintf("%.1f tok/s < %.2f x its warm-up's %.1f", p.OutputTokS, belowWarmupTokS, bestTokS))
+	}
+	if worstTTFT > 0 && p.TTFT.P99 > aboveWarmupTTFT*worstTTFT && p.TTFT.P99-worstTTFT > ttftJitterS {
+		why = append(why, fmt.Sprintf("TTFT p99 %.3f s > %.0f x its warm-up's %.3f s", p.TTFT.P99, aboveWarmupTTFT, worstTTFT))
+	}
+	lc := 0
+	for c, m := range lower {
+		if c < p.Concurrency && (lc == 0 || m.OutputTokS > lower[lc].OutputTokS) {
+			lc = c
+		}
+	}
+	if lc > 0 && p.OutputTokS < belowLowerTokS*lower[lc].OutputTokS {
+		why = append(why, fmt.Sprintf("%.1f tok/s < %.2f x C%d's %.1f", p.OutputTokS, belowLowerTokS, lc, lower[lc].OutputTokS))
+	}
+	p.flag(why...)
+}
+
+// flag adds reasons to p.Outlier.
+func (p *Point) flag(why ...string) {
+	for _, w := range why {
+		if p.Outlier != "" {
+			p.Outlier += "; "
+		}
+		p.Outlier += w
 	}
 }
 
@@ -342,6 +413,9 @@ func progressLine(p Point, repeats int) string {
 		case CheckFailed:
 			extra += ", TOKEN MISMATCH: " + tc.Reason
 		}
+	}
+	if p.Outlier != "" {
+		extra += ", FLAGGED: " + p.Outlier
 	}
 	return fmt.Sprintf("c=%d r=%d/%d: %d/%d ok, %.1f tok/s, TTFT p50 %.3f s p99 %.3f s, latency p99 %.2f s%s%s",
 		p.Concurrency, p.Repeat, repeats, p.Completed, p.Requested, p.OutputTokS, p.TTFT.P50, p.TTFT.P99, p.Latency.P99, extra,

@@ -140,7 +140,9 @@ type Point struct {
 	// Note says why a point has its status (matrix), why it failed, or
 	// that it may be cold (its warm-up never reached the full batch).
 	Note string `json:"note,omitempty"`
-	// Outlier says how a repeat disagrees with its sibling repeats.
+	// Outlier says why a measured point's figures are suspect: it
+	// disagrees with its sibling repeats, or reads far below its level's
+	// warm-up or a lower level (flagBelow).
 	Outlier string `json:"outlier,omitempty"`
 }
 

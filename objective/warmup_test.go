@@ -1,8 +1,10 @@
 package objective
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestMaxDecoding(t *testing.T) {
@@ -45,5 +47,112 @@ func TestFlagOutliers(t *testing.T) {
 	flagOutliers(two)
 	if two[0].Outlier != "" {
 		t.Error("two repeats have no majority to be an outlier against")
+	}
+}
+
+// scriptLoop answers closed loop i with waves[i]: every request streams
+// tokens tokens, its first after ttft(j) (j: the request's index), all
+// starting together; the loop lasts dur.
+type scriptLoop struct {
+	calls int
+	waves []scriptWave
+}
+
+type scriptWave struct {
+	dur    time.Duration
+	tokens int
+	ttft   func(j int) float64
+}
+
+func (f *scriptLoop) ClosedLoop(_ context.Context, bodies [][]byte, _ int, _ time.Duration, _ bool) (LoopResult, error) {
+	w := f.waves[min(f.calls, len(f.waves)-1)]
+	f.calls++
+	lr := LoopResult{Duration: w.dur}
+	for j := range bodies {
+		rec := RequestRecord{OK: true, TTFT: w.ttft(j), Latency: w.dur.Seconds(), OutputTokens: w.tokens, Chunks: w.tokens + 3}
+		lr.Exchanges = append(lr.Exchanges, Exchange{Record: rec})
+		lr.Issued++
+		lr.Completed++
+		lr.Tokens += w.tokens
+	}
+	return lr, nil
+}
+
+// TestFlagBelowWarmup: a single repeat far below its own warm-up (the
+// first-time cost landed in the measured repeat: make demo's C16 read
+// 3,715 tok/s with TTFT p99 0.46 s after a 0.12 s warm-up) or below a lower
+// level is flagged, in its progress line and in the point AfterLevel sees;
+// a repeat after a warm-up that paid the cost is not.
+func TestFlagBelowWarmup(t *testing.T) {
+	on, off := true, false
+	const tok = 64
+	flat := func(s float64) func(int) float64 { return func(int) float64 { return s } }
+	firstWave := func(j int) float64 { // the first 16 wait for the cold step
+		if j < 16 {
+			return 0.45
+		}
+		return 0.01
+	}
+	c1 := scriptWave{100 * time.Millisecond, tok, flat(0.009)}
+	tests := []struct {
+		name   string
+		warmup *bool
+		waves  []scriptWave // C1 warm-up, C1 r1, C16 warm-up, C16 r1 (no warm-ups when off)
+		want   []string     // substrings of C16 r1's Outlier; none: not flagged
+	}{
+		{"cold repeat after a warm warm-up", &on, []scriptWave{c1, c1,
+			{120 * time.Millisecond, tok, flat(0.012)}, {550 * time.Millisecond, tok, firstWave}},
+			[]string{"3723.6 tok/s < 0.50 x its warm-up's 8533.3", "TTFT p99 0.450 s > 3 x its warm-up's 0.012 s"}},
+		{"warm-up paid, repeat warm", &on, []scriptWave{c1, c1,
+			{550 * time.Millisecond, tok, flat(0.45)}, {120 * time.Millisecond, tok, flat(0.012)}}, nil},
+		{"below a lower level", &off, []scriptWave{{25 * time.Millisecond, tok, flat(0.009)}, {550 * time.Millisecond, tok, flat(0.012)}},
+			[]string{"3723.6 tok/s < 0.50 x C1's 10240.0"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// C64 (the last level, after which AfterLevel is not called)
+			// repeats the last wave.
+			w := Workload{Kind: "chat", Chat: ChatSpec{Concurrency: []int{1, 16, 64}, Requests: []int{4, 32, 64}, MaxTokens: tok, Repeats: 1, Warmup: tc.warmup}}
+			var lines []string
+			seen := map[int][]Point{}
+			opt := Options{
+				Progress:   func(l string) { lines = append(lines, l) },
+				AfterLevel: func(c int, pts []Point) error { seen[c] = append(seen[c], pts...); return nil },
+			}
+			res, err := RunLoop(context.Background(), &scriptLoop{waves: tc.waves}, "m", w, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Points) != 3 || len(seen[16]) != 1 {
+				t.Fatalf("%d points, AfterLevel saw %d at C16", len(res.Points), len(seen[16]))
+			}
+			p := res.Points[1]
+			if res.Points[0].Outlier != "" {
+				t.Errorf("C1 flagged: %s", res.Points[0].Outlier)
+			}
+			if seen[16][0].Outlier != p.Outlier {
+				t.Errorf("AfterLevel saw %q, the result has %q", seen[16][0].Outlier, p.Outlier)
+			}
+			last := ""
+			for _, l := range lines {
+				if strings.HasPrefix(l, "c=16 r=1/1") {
+					last = l
+				}
+			}
+			if len(tc.want) == 0 {
+				if p.Outlier != "" || strings.Contains(last, "FLAGGED") {
+					t.Errorf("flagged: %q (%s)", p.Outlier, last)
+				}
+				return
+			}
+			for _, s := range tc.want {
+				if !strings.Contains(p.Outlier, s) {
+					t.Errorf("outlier %q lacks %q", p.Outlier, s)
+				}
+			}
+			if !strings.Contains(last, "FLAGGED: "+p.Outlier) {
+				t.Errorf("progress line %q does not say it is flagged", last)
+			}
+		})
 	}
 }
