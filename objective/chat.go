@@ -304,7 +304,8 @@ const (
 // flagBelow marks p (Point.Outlier) when it reads far below what its
 // level's warm-up waves or a lower concurrency level (lower: the medians
 // so far) showed the server doing, so a single cold repeat is not taken
-// for the config's throughput unseen.
+// for the config's throughput: multi-fidelity pruning does not prune on a
+// flagged point.
 func flagBelow(p *Point, waves []Point, lower map[int]Median) {
 	var why []string
 	bestTokS, worstTTFT := 0.0, 0.0

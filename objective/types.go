@@ -142,7 +142,8 @@ type Point struct {
 	Note string `json:"note,omitempty"`
 	// Outlier says why a measured point's figures are suspect: it
 	// disagrees with its sibling repeats, or reads far below its level's
-	// warm-up or a lower level (flagBelow).
+	// warm-up or a lower level (flagBelow). Multi-fidelity pruning does
+	// not prune on it.
 	Outlier string `json:"outlier,omitempty"`
 }
 

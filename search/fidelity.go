@@ -73,6 +73,37 @@ func pruneReason(rule space.Prune, conc int, mine float64, refs []levelRef) stri
 	return ""
 }
 
+// levelPrune decides whether a trial stops after level conc from the
+// level's measured points: pruneReason on the median tok/s of the points
+// that are not flagged (objective.Point.Outlier: far from their sibling
+// repeats, or far below their own warm-up or a lower level). A flagged
+// point is not the config's throughput (make demo: a single C16 repeat that
+// paid the first-time cost its warm-up did not read 3,715 tok/s against
+// about 19,000, and pruned its trial): when the level has no other point,
+// the trial goes on, and kept says what the flagged points would have
+// decided.
+func levelPrune(rule space.Prune, conc int, pts []objective.Point, refs []levelRef) (why, kept string) {
+	var ok, flagged []objective.Point
+	for _, p := range pts {
+		if p.Outlier != "" {
+			flagged = append(flagged, p)
+		} else {
+			ok = append(ok, p)
+		}
+	}
+	if len(ok) > 0 {
+		return pruneReason(rule, conc, levelTokS(ok), refs), ""
+	}
+	if len(flagged) == 0 {
+		return "", ""
+	}
+	would := pruneReason(rule, conc, levelTokS(flagged), refs)
+	if would == "" {
+		return "", ""
+	}
+	return "", fmt.Sprintf("not pruned on flagged points (%s): %s", flagged[0].Outlier, would)
+}
+
 // levelRefs are the complete trials (meeting the SLO) that measured level
 // conc, with their median tok/s there.
 func levelRefs(recs []Record, conc int) []levelRef {

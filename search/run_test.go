@@ -53,6 +53,9 @@ type fakeBackend struct {
 	// gate, when set, is received from before a measurement ends (lets
 	// two trials overlap).
 	gate chan struct{}
+	// outlier, when set, flags every point before the last level
+	// (objective.Point.Outlier).
+	outlier string
 }
 
 func (b *fakeBackend) Start(ctx context.Context, spec launcher.Spec) (Running, error) {
@@ -97,6 +100,9 @@ func (f *fakeRunning) Measure(ctx context.Context, w objective.Workload, opt obj
 	levels := w.Chat.Concurrency
 	for i, c := range levels {
 		p := result(c, tokS(f.flags)*float64(c)/4, 0.1).Points[0]
+		if i < len(levels)-1 {
+			p.Outlier = f.b.outlier
+		}
 		res.Points = append(res.Points, p)
 		res.Medians = objective.Medians(res.Points)
 		if opt.AfterLevel != nil && i < len(levels)-1 {
@@ -565,6 +571,32 @@ func TestPruneKeepsPartialPoints(t *testing.T) {
 	}
 	if pruned == 0 {
 		t.Errorf("nothing pruned: %v", states(sum.Records))
+	}
+}
+
+// TestFlaggedLevelDoesNotPrune: the study TestPruneKeepsPartialPoints
+// prunes, with every cheap level's point flagged (a single repeat far below
+// its own warm-up: make demo's cold C16), prunes nothing and says so.
+func TestFlaggedLevelDoesNotPrune(t *testing.T) {
+	st, store, _ := openFake(t, "concurrency: [4], requests: [4]", "concurrency: [1, 4], requests: [2, 4]",
+		"low: 64, high: 512", "low: 64, high: 1024",
+		"budget: {trials: 6, sampler: random, seed: 3, confirm: 0}", "budget: {trials: 12, sampler: random, seed: 3, confirm: 0, prune: {fraction: 0.9}}")
+	b := &fakeBackend{outlier: "1.0 tok/s < 0.50 x its warm-up's 9.0"}
+	sum, err, evs := runFake(t, context.Background(), st, store, b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := states(sum.Records); c[StatePruned] != 0 {
+		t.Errorf("pruned on flagged points: %v", c)
+	}
+	kept := 0
+	for _, ev := range evs {
+		if ev.Kind == EventNote && strings.Contains(ev.Text, "not pruned on flagged points (1.0 tok/s < 0.50 x its warm-up's 9.0): C1: ") {
+			kept++
+		}
+	}
+	if kept == 0 {
+		t.Error("no trial says it was not pruned on its flagged point")
 	}
 }
 

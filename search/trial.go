@@ -559,7 +559,11 @@ func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs ma
 			if err != nil {
 				return err
 			}
-			if why := pruneReason(r.st.Budget.Prune, conc, levelTokS(pts), levelRefs(recs, conc)); why != "" {
+			why, kept := levelPrune(r.st.Budget.Prune, conc, pts, levelRefs(recs, conc))
+			if kept != "" {
+				r.trialEvent(EventNote, t.number, "%s", kept)
+			}
+			if why != "" {
 				pruned = why
 				return errPruned
 			}
