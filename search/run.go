@@ -788,6 +788,13 @@ func (r *runner) checkFingerprint(attrs map[string]string) error {
 				r.st.Path, strings.Join(changed, ", "), r.st.Name, len(recs), strings.Join(changed, ", "), hint))
 		}
 	}
+	// A section the file no longer has (a dropped choice or param) keeps
+	// its stored key: brought back with other flag text, it is refused.
+	for k, v := range stored {
+		if _, ok := fp[k]; !ok {
+			fp[k] = v
+		}
+	}
 	if maps.Equal(stored, fp) {
 		return nil
 	}

@@ -874,7 +874,7 @@ func TestResumeRefusesChangedStudy(t *testing.T) {
 		{[]string{"max_tokens: 8", "max_tokens: 16", "concurrency: 4}", "concurrency: 4, slo: [{metric: ttft, percentile: p50, max_s: 1}]}"}, ": score, workload changed since"},
 		{[]string{"model: m", "model: other"}, ": model changed since"},
 		// A param's values mean the flags they pass.
-		{[]string{"flag: --ep-size}", "flag: --expert-parallel-size}"}, ": params.ep changed since"},
+		{[]string{"flag: --ep-size}", "flag: --expert-parallel-size}"}, ": params.ep, params.ep[1], params.ep[4] changed since"},
 		{[]string{"flag: --ep-size}", `flag: --ep-size, values: {"4": "--ep-size 4 --enable-eplb"}}`}, ": params.ep[4] changed since"},
 		{[]string{"score: {", "derived: [{flag: --speculative-num-draft-tokens, value: ep + 1}]\nscore: {"}, ": derived changed since"},
 	} {
@@ -896,6 +896,15 @@ func TestResumeRefusesChangedStudy(t *testing.T) {
 	}
 	if c := states(sum.Records); c[StateComplete] != 4 {
 		t.Errorf("resumed with a larger budget: states %v, want 4 complete", c)
+	}
+	// A choice dropped and brought back with other flag text is refused:
+	// the dropped choice's key stays stored.
+	if _, err, _ := runFake(t, context.Background(), reparse("trials: 6", "trials: 4", "choices: [1, 4]", "choices: [1]"), store, b, 1); err != nil {
+		t.Fatalf("a narrower param: %v", err)
+	}
+	_, err, _ = runFake(t, context.Background(), reparse("trials: 6", "trials: 5", "flag: --ep-size}", `flag: --ep-size, values: {"4": "--ep-size 4 --enable-eplb"}}`), store, b, 1)
+	if !strings.Contains(fmt.Sprint(err), ": params.ep[4] changed since") {
+		t.Errorf("choice 4 dropped, then back with other flags: got %v, want params.ep[4] refused", err)
 	}
 	// A store whose fingerprint predates the params' sections resumes
 	// (nothing there to compare) and stores them for the next resume.
@@ -924,7 +933,7 @@ func TestResumeRefusesChangedStudy(t *testing.T) {
 		t.Fatalf("a store without the params' fingerprint: %v", err)
 	}
 	_, err, _ = runFake(t, context.Background(), reparse("trials: 6", "trials: 5"), store, b, 1)
-	if !strings.Contains(fmt.Sprint(err), ": params.ep changed since") {
+	if !strings.Contains(fmt.Sprint(err), ": params.ep, params.ep[1], params.ep[4] changed since") {
 		t.Errorf("the flag renamed back after the params' fingerprint was stored: got %v", err)
 	}
 }

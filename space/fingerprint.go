@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -52,21 +53,23 @@ func (s *Study) Fingerprint() (map[string]string, error) {
 			Flag, Template string
 			Flags          []string
 		}{p.Flag, p.Template, p.Flags}
-		values := p.Choices
+		values := slices.Clone(p.Choices)
 		if p.Type == "bool" {
 			values = []string{"true", "false"}
 		}
-		for v := range p.Values {
+		for _, v := range slices.Sorted(maps.Keys(p.Values)) {
 			if !slices.Contains(values, v) {
 				values = append(values, v)
 			}
 		}
+		// A value counts by the words it passes the engine: its values:
+		// text, or its flag as the schema writes it (a switch's negation).
 		for _, v := range values {
-			text, ok := p.Values[v]
-			sections["params."+p.Name+"["+v+"]"] = struct {
-				Text string
-				Set  bool
-			}{text, ok}
+			words, err := p.emit(v)
+			if err != nil {
+				return nil, fmt.Errorf("fingerprint params.%s[%s]: %w", p.Name, v, err)
+			}
+			sections["params."+p.Name+"["+v+"]"] = words
 		}
 	}
 	out := make(map[string]string, len(sections))
