@@ -105,10 +105,16 @@ func (r *runner) leaseGroup(ctx context.Context, pref []int) (*groupLease, []int
 			}
 			l, held, err := r.store.LeaseOf(ctx, res)
 			if err != nil {
+				if ctx.Err() != nil {
+					return nil, nil, nil
+				}
 				return nil, nil, fmt.Errorf("GPU group %s: read its lease: %w", gpuList(gpus), err)
 			}
 			if held && ownerDead(l.Holder, r.host) {
 				if _, err := r.store.BreakLease(ctx, res, l.Holder); err != nil {
+					if ctx.Err() != nil {
+						return nil, nil, nil
+					}
 					return nil, nil, fmt.Errorf("GPU group %s: break the lease of dead %s: %w", gpuList(gpus), l.Holder, err)
 				}
 				return r.leaseGroup(ctx, gpus) // free now: take it first

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sgtune/sgtune/storage"
@@ -101,5 +102,26 @@ func TestTwoStoresOneLogDir(t *testing.T) {
 	}
 	if want := filepath.Join(logs, "unit", "trial-1.log"); paths[2] != want {
 		t.Errorf("the first study resumed: its trial 1 logs to %s, want %s", paths[2], want)
+	}
+}
+
+// TestStudyLogDirWithoutHardLinks: a log directory on a filesystem without
+// hard links (vfat, some network mounts) is marked in place; the run
+// failed with "log dir: link ...".
+func TestStudyLogDirWithoutHardLinks(t *testing.T) {
+	defer func(f func(string, string) error) { linkFile = f }(linkFile)
+	linkFile = func(oldname, newname string) error {
+		return &os.LinkError{Op: "link", Old: oldname, New: newname, Err: syscall.EPERM}
+	}
+	base := t.TempDir()
+	got, err := studyLogDir(base, "s", "aaaa", false)
+	if err != nil || got != filepath.Join(base, "s") {
+		t.Fatalf("got %s, %v; want %s", got, err, filepath.Join(base, "s"))
+	}
+	if b, err := os.ReadFile(filepath.Join(got, studyLogMark)); err != nil || strings.TrimSpace(string(b)) != "aaaa" {
+		t.Errorf("mark %q (%v), want aaaa", b, err)
+	}
+	if again, err := studyLogDir(base, "s", "bbbb", false); err != nil || again != filepath.Join(base, "s-bbbb") {
+		t.Errorf("another study: %s, %v", again, err)
 	}
 }

@@ -323,6 +323,34 @@ func (r *runner) open(ctx context.Context, target objective.Target) error {
 // studyLogMark, in a study's log directory, holds the study's random id.
 const studyLogMark = ".sgtune-study"
 
+// linkFile is os.Link (a test stands in a filesystem without hard links).
+var linkFile = os.Link
+
+// markLogDir writes uid to mark unless it exists (fs.ErrExist). The mark
+// is written whole, then linked, so a process marking at the same time
+// never reads half a mark; where the filesystem has no hard links (vfat,
+// some network mounts) it is created in place.
+func markLogDir(dir, mark, uid string) error {
+	f, err := os.CreateTemp(dir, studyLogMark+"-*")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(f, uid)
+	if err = errors.Join(err, f.Close()); err == nil {
+		err = linkFile(f.Name(), mark)
+	}
+	_ = os.Remove(f.Name()) // a leftover temporary file harms nothing
+	if err == nil || errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	f, err = os.OpenFile(mark, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(f, uid)
+	return errors.Join(err, f.Close())
+}
+
 // studyLogDir returns the directory of a study's trial logs: base/NAME, or
 // base/NAME-UID when base/NAME holds another study's logs (a second
 // database beside the first with a study of the same name, or a study
@@ -354,20 +382,10 @@ func studyLogDir(base, name, uid string, resumed bool) (string, error) {
 			return err != nil || !fi.Mode().IsRegular()
 		})
 		if resumed || len(logs) == 0 {
-			// Written whole, then linked: a process marking at the same
-			// time never reads half a mark.
-			f, err := os.CreateTemp(dir, studyLogMark+"-*")
-			if err != nil {
-				return "", err
-			}
-			_, err = fmt.Fprintln(f, uid)
-			if err = errors.Join(err, f.Close()); err == nil {
-				err = os.Link(f.Name(), mark)
-			}
-			if rerr := os.Remove(f.Name()); err == nil {
-				return dir, rerr
-			}
-			if !errors.Is(err, fs.ErrExist) {
+			switch err := markLogDir(dir, mark, uid); {
+			case err == nil:
+				return dir, nil
+			case !errors.Is(err, fs.ErrExist):
 				return "", err
 			}
 			// Another process marked it first: read its mark.
