@@ -33,10 +33,8 @@ package storage
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -44,7 +42,6 @@ import (
 	"time"
 
 	"github.com/c-bata/goptuna"
-	"github.com/jackc/pgx/v5/pgconn"
 	sqlite3 "github.com/mattn/go-sqlite3"
 )
 
@@ -288,9 +285,10 @@ var errUnreachable = errors.New("database unreachable")
 
 // outageWait is how long a transaction waits, in all, for a PostgreSQL
 // server that cannot be reached before it fails: a restart or a short
-// network cut must not end a worker that holds a measured trial. It is
-// the lease time, after which other workers take the trial over anyway.
-var outageWait = 2 * time.Minute
+// network cut must not end a worker that holds a measured trial. It stays
+// well inside the default lease time (launch.stale_after, 2 minutes),
+// after which other workers take the trial over.
+var outageWait = time.Minute
 
 // outage returns, for one transaction, whether to try it again after err
 // and how long to wait first: while the server cannot be reached (the
@@ -308,16 +306,13 @@ func (s *Store) outage() func(err error) (time.Duration, bool) {
 	}
 }
 
-// unreachable reports whether err, from beginning a transaction, says the
-// server could not be reached: nothing was sent, so the transaction may be
-// tried again.
+// unreachable reports whether err, from beginning a transaction on
+// PostgreSQL, may be tried again: the transaction never began, so nothing
+// of it was applied. Beside a refused or cut connection that includes a
+// pooled connection the server closed (57P01 after a restart, an
+// unexpected EOF), which database/sql does not replace by itself.
 func (s *Store) unreachable(err error) bool {
-	if s.d != dialectPostgres || err == nil {
-		return false
-	}
-	var ce *pgconn.ConnectError
-	var ne net.Error
-	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err)
+	return s.d == dialectPostgres && err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 func (s *Store) retryable(err error) bool {
