@@ -385,6 +385,17 @@ func ReadWinner(st StudyStore, study string) (Winner, bool, error) {
 	if err := json.Unmarshal([]byte(js), &w); err != nil {
 		return Winner{}, false, fmt.Errorf("study %q: stored winner: %w", study, err)
 	}
+	// Spreads stored before Pool left out the runs that missed counted
+	// them as 0; each run carries whether it met, so read them as Pool
+	// does now.
+	if len(w.Runs) > 0 {
+		_, w.Spread = Pool(w.Runs)
+	}
+	for i := range w.Candidates {
+		if c := &w.Candidates[i]; len(c.Runs) > 0 {
+			_, c.Spread = Pool(c.Runs)
+		}
+	}
 	return w, true, nil
 }
 

@@ -1115,3 +1115,30 @@ func TestRerunsKeepTheirConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestReadWinnerPoolsAsNow: a winner stored before a missed run was left
+// out of the spread (its 0 made the spread the whole score) reads with the
+// spread of the runs that met, as Pool gives it now.
+func TestReadWinnerPoolsAsNow(t *testing.T) {
+	st, store, _ := openFake(t, "trials: 6", "trials: 1")
+	if _, err, _ := runFake(t, context.Background(), st, store, &fakeBackend{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	id, err := store.GetStudyIDFromName(st.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := []Measurement{{Trial: 0, Score: 1800, OK: true}, {Trial: 2, Score: 1900, OK: true}, {Trial: 3, Score: 0}}
+	old, err := json.Marshal(Winner{Trial: 0, Pooled: 1233.3, Spread: 1900, Runs: runs,
+		Candidates: []Candidate{{Trial: 0, Pooled: 1233.3, Spread: 1900, Runs: runs}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetStudySystemAttr(id, storage.AttrWinner, string(old)); err != nil {
+		t.Fatal(err)
+	}
+	w, ok, err := ReadWinner(store, st.Name)
+	if err != nil || !ok || w.Spread != 100 || w.Candidates[0].Spread != 100 {
+		t.Errorf("stored winner read: spread %v, candidate %+v (%v %v), want 100", w.Spread, w.Candidates, ok, err)
+	}
+}
