@@ -141,8 +141,9 @@ func runMatrix(ctx context.Context, c *client, model string, w Workload, opt Opt
 				notRun(PhaseDecode, ctxLen, conc, "run stopped early")
 				continue
 			case overContext(limit, ctxLen, m.MaxOutput) != "":
-				res.Points = append(res.Points, Point{Phase: PhaseDecode, Context: ctxLen, Concurrency: conc, Status: StatusOverCapacity, State: "skipped",
-					Note: overContext(limit, ctxLen, m.MaxOutput)})
+				why := overContext(limit, ctxLen, m.MaxOutput)
+				res.Points = append(res.Points, Point{Phase: PhaseDecode, Context: ctxLen, Concurrency: conc, Status: StatusOverCapacity, State: "skipped", Note: why})
+				opt.progress("decode ctx=%d c=%d: skipped: %s", ctxLen, conc, why)
 				continue
 			case !CellFits(kv, ctxLen, m.MaxOutput, conc):
 				res.Points = append(res.Points, Point{Phase: PhaseDecode, Context: ctxLen, Concurrency: conc, Status: StatusOverCapacity, State: "skipped",
