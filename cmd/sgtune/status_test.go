@@ -66,18 +66,26 @@ func TestStatusTable(t *testing.T) {
 	}
 }
 
-// addRunning stores a RUNNING trial owned by host:pid.
-func addRunning(t *testing.T, db, owner string) int {
+// openSeeded opens db and finds the seeded study ("rescore"); the store
+// closes when the test ends.
+func openSeeded(t *testing.T, db string) (*storage.Store, int) {
 	t.Helper()
 	st, err := storage.Open(db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
 	sid, err := st.GetStudyIDFromName("rescore")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return st, sid
+}
+
+// addRunning stores a RUNNING trial owned by host:pid.
+func addRunning(t *testing.T, db, owner string) int {
+	t.Helper()
+	st, sid := openSeeded(t, db)
 	id, err := st.CreateNewTrial(sid)
 	if err != nil {
 		t.Fatal(err)
@@ -221,15 +229,7 @@ func requeue(t *testing.T, db string, id int) {
 // holdLease stores a GPU group lease of the study held by holder.
 func holdLease(t *testing.T, db, holder string) {
 	t.Helper()
-	st, err := storage.Open(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	sid, err := st.GetStudyIDFromName("rescore")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, sid := openSeeded(t, db)
 	if ok, err := st.AcquireLease(context.Background(), sid, "gpus@test:0", holder, time.Hour); err != nil || !ok {
 		t.Fatalf("lease: %v %v", ok, err)
 	}
