@@ -123,14 +123,18 @@ func (r *runner) leaseGroup(ctx context.Context, pref []int) (*groupLease, []int
 				busy = append(busy, fmt.Sprintf("%s by %s (lease until %s)", gpuList(gpus), l.Holder, l.Expires.Format(time.TimeOnly)))
 			}
 		}
+		held := "held by this run's other workers"
+		if len(busy) > 0 {
+			held = "in use (" + strings.Join(busy, "; ") + ")"
+		}
 		if left, err := r.budgetLeft(ctx); err != nil || !left {
 			if err == nil {
-				r.note("every free GPU group is in use (%s) and the study's budget is spent: nothing to do", strings.Join(busy, "; "))
+				r.note("every GPU group is %s and the study's budget is spent: nothing to do", held)
 			}
 			return nil, nil, err
 		}
 		if !waiting {
-			r.note("every GPU group this worker may use is in use (%s); waiting for one", strings.Join(busy, "; "))
+			r.note("every GPU group is %s; waiting for one", held)
 			waiting = true
 		}
 		select {
