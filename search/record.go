@@ -80,13 +80,16 @@ type Record struct {
 	Facts        json.RawMessage        `json:"facts,omitempty"`
 	Result       json.RawMessage        `json:"result,omitempty"`
 	LogPath      string                 `json:"log_path,omitempty"`
-	LogTail      string                 `json:"log_tail,omitempty"`
-	LogExcerpt   string                 `json:"log_excerpt,omitempty"`
-	Start        time.Time              `json:"start"`
-	End          *time.Time             `json:"end,omitempty"`
-	DurationS    float64                `json:"duration_s,omitempty"`
-	PromptTokens float64                `json:"prompt_tokens,omitempty"`
-	Owner        string                 `json:"-"`
+	// Launching: the trial passed its screening to launch (a running
+	// trial with it is running its config, or about to).
+	Launching    bool       `json:"-"`
+	LogTail      string     `json:"log_tail,omitempty"`
+	LogExcerpt   string     `json:"log_excerpt,omitempty"`
+	Start        time.Time  `json:"start"`
+	End          *time.Time `json:"end,omitempty"`
+	DurationS    float64    `json:"duration_s,omitempty"`
+	PromptTokens float64    `json:"prompt_tokens,omitempty"`
+	Owner        string     `json:"-"`
 	// Host is where the trial's server ran: the Slurm job's nodes, else,
 	// for a launched trial, the host of the process that ran it.
 	Host     string `json:"host,omitempty"`
@@ -129,6 +132,7 @@ func decode(t goptuna.FrozenTrial) Record {
 		Reason:       ua[storage.AttrReason],
 		GPUs:         ua[storage.AttrGPUs],
 		LogPath:      ua[storage.AttrLogPath],
+		Launching:    ua[storage.AttrLaunching] != "",
 		LogTail:      ua[storage.AttrLogTail],
 		LogExcerpt:   ua[storage.AttrLogExcerpt],
 		Start:        t.DatetimeStart,

@@ -70,6 +70,9 @@ func (r *runner) trial(ctx context.Context, gpus []int) (err error) {
 	if skip, err := r.screen(t); err != nil || skip {
 		return err
 	}
+	if skip, err := r.claimConfig(t); err != nil || skip {
+		return err
+	}
 	if t.confirmOf != nil {
 		return r.launch(ctx, t, gpus) // confirmation runs are outside the budget
 	}
@@ -406,16 +409,56 @@ func (r *runner) sameConfig(id int, key string) (Record, bool, error) {
 	if err != nil {
 		return Record{}, false, err
 	}
+	prev, ok := sameConfigIn(recs, id, key)
+	return prev, ok, nil
+}
+
+// sameConfigIn is sameConfig over recs for trial id. A running trial
+// counts when it was proposed before id or has passed its screening to
+// launch (Launching): two workers that propose the same config at once
+// each saw the other's trial running, and each skipping it left the config
+// never launched (two workers on a space of four configs launched three).
+// The earlier proposal launches, unless the later one got past its
+// screening first; claimConfig settles the rest.
+func sameConfigIn(recs []Record, id int, key string) (Record, bool) {
 	for _, rec := range recs {
 		if rec.ID == id || rec.ConfigKey != key {
 			continue
 		}
-		if rec.State == StateComplete || rec.State == StateRunning || rec.State == StatePruned ||
+		if rec.State == StateComplete || rec.State == StatePruned ||
+			(rec.State == StateRunning && (rec.ID < id || rec.Launching)) ||
 			(rec.State == StateFailed && deterministicClasses[rec.FailureClass]) {
-			return rec, true, nil
+			return rec, true
 		}
 	}
-	return Record{}, false, nil
+	return Record{}, false
+}
+
+// claimConfig marks a screened trial as launching, then reads the study
+// again: an earlier proposal of the same config still running (whose
+// config was stored after this trial's screening read) launches, and this
+// one is not launched. With the mark, of two proposals of one config at
+// once exactly one passes: the later sees the earlier here, or the earlier
+// sees the later's mark in its screening. Re-runs launch as they are.
+func (r *runner) claimConfig(t *trialRun) (skip bool, err error) {
+	if t.retryOf != nil || t.confirmOf != nil {
+		return false, nil
+	}
+	if err := r.setAttrs(t, map[string]string{storage.AttrLaunching: "1"}); err != nil {
+		return false, err
+	}
+	recs, err := Records(r.store, r.st.Name)
+	if err != nil {
+		return false, err
+	}
+	key := configKey(t.cfg)
+	for _, rec := range recs {
+		if rec.ID < t.id && rec.State == StateRunning && rec.ConfigKey == key {
+			return true, r.skip(t, StateDuplicate, "",
+				fmt.Sprintf("same config as trial %d, running at the time; not launched", rec.Number), nil)
+		}
+	}
+	return false, nil
 }
 
 // configKey identifies a config by what would be launched: its flags and

@@ -37,6 +37,9 @@ const (
 	AttrResult = "sgtune.result"
 	// AttrGPUs (user): the GPUs the trial ran on ("0,1,2,3").
 	AttrGPUs = "sgtune.gpus"
+	// AttrLaunching (user): "1" once the trial passed its screening and
+	// is about to launch (see search's sameConfigIn).
+	AttrLaunching = "sgtune.launching"
 	// AttrOwner (system): the process that runs the trial ("host:pid").
 	AttrOwner = "sgtune.owner"
 	// AttrHost (system): the host the trial's server ran on.
