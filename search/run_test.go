@@ -1144,8 +1144,9 @@ func TestReadWinnerPoolsAsNow(t *testing.T) {
 }
 
 // TestSameConfigProposedAtOnce: two workers propose one config at once;
-// each sees the other's trial running. Only the later proposal is the
-// duplicate: before, both were skipped and the config never launched.
+// each sees the other's trial running. Neither is a duplicate until one
+// claimed the config (storage's ClaimConfig): before, both were skipped
+// and the config never launched.
 func TestSameConfigProposedAtOnce(t *testing.T) {
 	recs := []Record{
 		{ID: 7, Number: 3, State: StateRunning, ConfigKey: "--x 1"},
@@ -1157,18 +1158,16 @@ func TestSameConfigProposedAtOnce(t *testing.T) {
 		key  string
 		want int // the trial number it duplicates, -1 none
 	}{
-		{7, "--x 1", -1}, // the earlier proposal launches
-		{8, "--x 1", 3},  // the later one is its duplicate
+		{7, "--x 1", -1}, // neither claimed the config yet: ClaimConfig decides
+		{8, "--x 1", -1},
 		{10, "--x 2", 5}, // a measured config, whenever proposed
-		{6, "--x 1", -1}, // proposed before both: they are its duplicates
 	} {
 		prev, ok := sameConfigIn(recs, tc.id, tc.key)
 		if got := map[bool]int{true: prev.Number, false: -1}[ok]; got != tc.want {
 			t.Errorf("trial id %d (%s): duplicate of %d, want %d", tc.id, tc.key, got, tc.want)
 		}
 	}
-	// A later proposal past its screening is running that config: the
-	// earlier one, screened late, must not launch it a second time.
+	// Once one claimed it, the other is its duplicate.
 	recs[1].Launching = true
 	for _, tc := range []struct {
 		id   int

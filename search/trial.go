@@ -414,19 +414,18 @@ func (r *runner) sameConfig(id int, key string) (Record, bool, error) {
 }
 
 // sameConfigIn is sameConfig over recs for trial id. A running trial
-// counts when it was proposed before id or has passed its screening to
-// launch (Launching): two workers that propose the same config at once
-// each saw the other's trial running, and each skipping it left the config
+// counts once it claimed its config (Launching, see claimConfig): two
+// workers that propose the same config at once each saw the other's trial
+// running before either launched, and each skipping it left the config
 // never launched (two workers on a space of four configs launched three).
-// The earlier proposal launches, unless the later one got past its
-// screening first; claimConfig settles the rest.
+// Which of them launches is claimConfig's to settle.
 func sameConfigIn(recs []Record, id int, key string) (Record, bool) {
 	for _, rec := range recs {
 		if rec.ID == id || rec.ConfigKey != key {
 			continue
 		}
 		if rec.State == StateComplete || rec.State == StatePruned ||
-			(rec.State == StateRunning && (rec.ID < id || rec.Launching)) ||
+			(rec.State == StateRunning && rec.Launching) ||
 			(rec.State == StateFailed && deterministicClasses[rec.FailureClass]) {
 			return rec, true
 		}
@@ -434,31 +433,25 @@ func sameConfigIn(recs []Record, id int, key string) (Record, bool) {
 	return Record{}, false
 }
 
-// claimConfig marks a screened trial as launching, then reads the study
-// again: an earlier proposal of the same config still running (whose
-// config was stored after this trial's screening read) launches, and this
-// one is not launched. With the mark, of two proposals of one config at
-// once exactly one passes: the later sees the earlier here, or the earlier
-// sees the later's mark in its screening. Re-runs launch as they are.
+// claimConfig claims the trial's config for launching (storage's
+// ClaimConfig: atomic across processes): when another running trial holds
+// it (two workers proposed one config at once, and each screening saw the
+// other still deciding), this one is not launched. Re-runs launch as they
+// are.
 func (r *runner) claimConfig(t *trialRun) (skip bool, err error) {
 	if t.retryOf != nil || t.confirmOf != nil {
+		// It runs its config whatever else does; a new proposal of the
+		// config meanwhile is its duplicate.
+		return false, r.setAttrs(t, map[string]string{storage.AttrLaunching: "1"})
+	}
+	other, ok, err := r.store.ClaimConfig(context.Background(), t.id, configKey(t.cfg))
+	if err != nil {
+		return false, fmt.Errorf("trial %d: claim its config: %w", t.number, err)
+	}
+	if ok {
 		return false, nil
 	}
-	if err := r.setAttrs(t, map[string]string{storage.AttrLaunching: "1"}); err != nil {
-		return false, err
-	}
-	recs, err := Records(r.store, r.st.Name)
-	if err != nil {
-		return false, err
-	}
-	key := configKey(t.cfg)
-	for _, rec := range recs {
-		if rec.ID < t.id && rec.State == StateRunning && rec.ConfigKey == key {
-			return true, r.skip(t, StateDuplicate, "",
-				fmt.Sprintf("same config as trial %d, running at the time; not launched", rec.Number), nil)
-		}
-	}
-	return false, nil
+	return true, r.skip(t, StateDuplicate, "", fmt.Sprintf("same config as trial %d, running at the time; not launched", other), nil)
 }
 
 // configKey identifies a config by what would be launched: its flags and

@@ -311,3 +311,48 @@ func launchedCount(tx *txn, studyID int) (int, error) {
 	err := tx.QueryRow("SELECT count(*) FROM trials WHERE study_id = ? AND launch_ns IS NOT NULL", studyID).Scan(&n)
 	return n, err
 }
+
+// ClaimConfig marks an unfinished trial as launching its config (user
+// attribute AttrLaunching) unless another running trial of the study
+// with the same config (user attribute AttrConfigKey = key) already is:
+// then it returns that trial's number and false. The check and the mark
+// are one transaction under the study's lock, so of two trials that claim
+// one config at once exactly one gets it.
+func (s *Store) ClaimConfig(ctx context.Context, trialID int, key string) (other int, ok bool, err error) {
+	err = s.writeCtx(ctx, func(tx *txn) error {
+		other, ok = -1, false
+		var studyID int
+		var state string
+		err := tx.QueryRow("SELECT study_id, state FROM trials WHERE trial_id = ?"+tx.lock(), trialID).Scan(&studyID, &state)
+		if errors.Is(err, sql.ErrNoRows) {
+			return goptuna.ErrInvalidTrialID
+		}
+		if err != nil {
+			return err
+		}
+		st, err := parseState(state)
+		if err != nil {
+			return err
+		}
+		if st.IsFinished() {
+			return goptuna.ErrTrialCannotBeUpdated
+		}
+		if err := lockStudy(tx, studyID); err != nil {
+			return err
+		}
+		err = tx.QueryRow(`SELECT t.number FROM trials t
+			JOIN trial_attrs k ON k.trial_id = t.trial_id AND k.kind = 'user' AND k.key = ? AND k.value = ?
+			JOIN trial_attrs l ON l.trial_id = t.trial_id AND l.kind = 'user' AND l.key = ?
+			WHERE t.study_id = ? AND t.trial_id <> ? AND t.state = 'RUNNING'
+			ORDER BY t.number LIMIT 1`, AttrConfigKey, key, AttrLaunching, studyID, trialID).Scan(&other)
+		if err == nil {
+			return nil // another trial launches this config
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		other, ok = -1, true
+		return setTrialAttr(tx, trialID, "user", AttrLaunching, "1")
+	})
+	return other, ok, err
+}

@@ -465,3 +465,70 @@ func testConcurrentEnsureAndNumbering(t *testing.T, b *backend) {
 		}
 	}
 }
+
+// TestClaimConfig: of trials claiming one config at once exactly one gets
+// it; the others learn which trial has it. Another config is free.
+func TestClaimConfig(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) { claimConfigOn(t, filepath.Join(t.TempDir(), "c.db")) })
+	t.Run("postgres", func(t *testing.T) { claimConfigOn(t, postgresBackend(t).newDSN(t)) })
+}
+
+func claimConfigOn(t *testing.T, dsn string) {
+	s, err := Open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sid, err := s.CreateNewStudy("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	ids := make([]int, n)
+	for i := range ids {
+		if ids[i], err = s.CreateNewTrial(sid); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetTrialUserAttr(ids[i], AttrConfigKey, "--x 1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	oks, others := make([]bool, n), make([]int, n)
+	errs := make([]error, n)
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			others[i], oks[i], errs[i] = s.ClaimConfig(context.Background(), ids[i], "--x 1")
+		}()
+	}
+	wg.Wait()
+	winner := -1
+	for i := range ids {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if oks[i] {
+			if winner >= 0 {
+				t.Fatalf("trials %d and %d both claimed the config", winner, i)
+			}
+			winner = i
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no trial claimed the config")
+	}
+	for i := range ids {
+		if !oks[i] && others[i] != winner {
+			t.Errorf("trial %d lost to trial %d, want %d", i, others[i], winner)
+		}
+	}
+	id, err := s.CreateNewTrial(sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.ClaimConfig(context.Background(), id, "--x 2"); err != nil || !ok {
+		t.Errorf("another config: %v %v", ok, err)
+	}
+}
