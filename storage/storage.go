@@ -261,22 +261,18 @@ func (s *Store) write(fn func(tx *txn) error) error {
 
 func (s *Store) writeCtx(ctx context.Context, fn func(tx *txn) error) error {
 	var err error
-	down := s.outage()
-	for attempt := 0; ; attempt++ {
+	for attempt := 0; attempt < 6; attempt++ {
 		err = s.tryWrite(ctx, fn)
-		wait, again := down(err)
-		if !again && s.retryable(err) && attempt < 6 {
-			wait, again = time.Duration(25*(attempt+1))*time.Millisecond, true
-		}
-		if !again {
+		if !s.retryable(err) {
 			return err
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("storage: %w (after: %w)", ctx.Err(), err)
-		case <-time.After(wait):
+		case <-time.After(time.Duration(25*(attempt+1)) * time.Millisecond):
 		}
 	}
+	return err
 }
 
 // errUnreachable marks a transaction that could not begin because the
@@ -290,19 +286,30 @@ var errUnreachable = errors.New("database unreachable")
 // after which other workers take the trial over.
 var outageWait = time.Minute
 
-// outage returns, for one transaction, whether to try it again after err
-// and how long to wait first: while the server cannot be reached (the
-// transaction never began, so trying again is safe), with a backoff of
-// 250 ms doubling to 10 s, for outageWait in all.
-func (s *Store) outage() func(err error) (time.Duration, bool) {
+// begin begins a transaction on db. While the PostgreSQL server cannot be
+// reached it tries again (the transaction never began, so nothing of it
+// was applied), backing off from 250 ms to 10 s, for outageWait in all;
+// what names the transaction in errors ("begin", "begin read").
+func (s *Store) begin(ctx context.Context, db *sql.DB, opts *sql.TxOptions, what string) (*sql.Tx, error) {
 	start, wait := time.Now(), 250*time.Millisecond
-	return func(err error) (time.Duration, bool) {
-		if !errors.Is(err, errUnreachable) || time.Since(start) >= outageWait {
-			return 0, false
+	for {
+		tx, err := db.BeginTx(ctx, opts)
+		if err == nil {
+			return tx, nil
 		}
-		w := wait
+		if !s.unreachable(err) || ctx.Err() != nil {
+			return nil, fmt.Errorf("storage: %s: %w", what, err)
+		}
+		err = fmt.Errorf("storage: %s: %w: %w", what, errUnreachable, err)
+		if time.Since(start) >= outageWait {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("storage: %w (after: %w)", ctx.Err(), err)
+		case <-time.After(wait):
+		}
 		wait = min(2*wait, 10*time.Second)
-		return w, true
 	}
 }
 
@@ -326,12 +333,9 @@ func (s *Store) retryable(err error) bool {
 }
 
 func (s *Store) tryWrite(ctx context.Context, fn func(tx *txn) error) error {
-	tx, err := s.wdb.BeginTx(ctx, nil)
+	tx, err := s.begin(ctx, s.wdb, nil, "begin")
 	if err != nil {
-		if s.unreachable(err) && ctx.Err() == nil {
-			return fmt.Errorf("storage: begin: %w: %w", errUnreachable, err)
-		}
-		return fmt.Errorf("storage: begin: %w", err)
+		return err
 	}
 	if err := fn(&txn{tx: tx, ctx: ctx, d: s.d, write: true}); err != nil {
 		_ = tx.Rollback() // the error that made us roll back is what matters
@@ -354,27 +358,12 @@ func (s *Store) readCtx(ctx context.Context, fn func(tx *txn) error) error {
 	if s.d == dialectPostgres {
 		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
 	}
-	down := s.outage()
-	for {
-		tx, err := s.rdb.BeginTx(ctx, opts)
-		if err != nil && s.unreachable(err) && ctx.Err() == nil {
-			err = fmt.Errorf("storage: begin read: %w: %w", errUnreachable, err)
-			if wait, again := down(err); again {
-				select {
-				case <-ctx.Done():
-					return fmt.Errorf("storage: %w (after: %w)", ctx.Err(), err)
-				case <-time.After(wait):
-				}
-				continue
-			}
-			return err
-		}
-		if err != nil {
-			return fmt.Errorf("storage: begin read: %w", err)
-		}
-		defer tx.Rollback() //nolint:errcheck // read-only; nothing to keep
-		return fn(&txn{tx: tx, ctx: ctx, d: s.d})
+	tx, err := s.begin(ctx, s.rdb, opts, "begin read")
+	if err != nil {
+		return err
 	}
+	defer tx.Rollback() //nolint:errcheck // read-only; nothing to keep
+	return fn(&txn{tx: tx, ctx: ctx, d: s.d})
 }
 
 func isBusy(err error) bool {
