@@ -205,6 +205,31 @@ func (s *Store) LeaseOf(ctx context.Context, resource string) (l Lease, ok bool,
 // FailTrial, RequeueTrial and ReapStale end an interrupted or dead trial)
 // gives its launch back, and its retry claims one again when launched.
 
+// lockUnfinished locks an unfinished trial's row (the trial row first,
+// then the study row: the order every write transaction takes its locks
+// in) and returns its study and whether its launch is claimed already.
+// goptuna.ErrTrialCannotBeUpdated when it is finished.
+func lockUnfinished(tx *txn, trialID int) (studyID int, launched bool, err error) {
+	var state string
+	var launch sql.NullInt64
+	err = tx.QueryRow("SELECT study_id, state, launch_ns FROM trials WHERE trial_id = ?"+tx.lock(), trialID).
+		Scan(&studyID, &state, &launch)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, goptuna.ErrInvalidTrialID
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	st, err := parseState(state)
+	if err != nil {
+		return 0, false, err
+	}
+	if st.IsFinished() {
+		return 0, false, goptuna.ErrTrialCannotBeUpdated
+	}
+	return studyID, launch.Valid, nil
+}
+
 // ClaimLaunch counts an unfinished trial against its study's launched-trial
 // budget, in one transaction: ok is true when the trial is now counted
 // (also when it already was), false when budget trials of the study are
@@ -216,27 +241,11 @@ func (s *Store) ClaimLaunch(ctx context.Context, trialID, budget int) (ok bool, 
 	}
 	err = s.writeCtx(ctx, func(tx *txn) error {
 		ok = false
-		// Trial row first, then the study row: the order every write
-		// transaction takes its locks in.
-		var studyID int
-		var state string
-		var launch sql.NullInt64
-		err := tx.QueryRow("SELECT study_id, state, launch_ns FROM trials WHERE trial_id = ?"+tx.lock(), trialID).
-			Scan(&studyID, &state, &launch)
-		if errors.Is(err, sql.ErrNoRows) {
-			return goptuna.ErrInvalidTrialID
-		}
+		studyID, launched, err := lockUnfinished(tx, trialID)
 		if err != nil {
 			return err
 		}
-		st, err := parseState(state)
-		if err != nil {
-			return err
-		}
-		if st.IsFinished() {
-			return goptuna.ErrTrialCannotBeUpdated
-		}
-		if launch.Valid {
+		if launched {
 			ok = true
 			return nil
 		}
@@ -321,21 +330,9 @@ func launchedCount(tx *txn, studyID int) (int, error) {
 func (s *Store) ClaimConfig(ctx context.Context, trialID int, key string) (other int, ok bool, err error) {
 	err = s.writeCtx(ctx, func(tx *txn) error {
 		other, ok = -1, false
-		var studyID int
-		var state string
-		err := tx.QueryRow("SELECT study_id, state FROM trials WHERE trial_id = ?"+tx.lock(), trialID).Scan(&studyID, &state)
-		if errors.Is(err, sql.ErrNoRows) {
-			return goptuna.ErrInvalidTrialID
-		}
+		studyID, _, err := lockUnfinished(tx, trialID)
 		if err != nil {
 			return err
-		}
-		st, err := parseState(state)
-		if err != nil {
-			return err
-		}
-		if st.IsFinished() {
-			return goptuna.ErrTrialCannotBeUpdated
 		}
 		if err := lockStudy(tx, studyID); err != nil {
 			return err
