@@ -80,8 +80,9 @@ type Record struct {
 	Facts        json.RawMessage        `json:"facts,omitempty"`
 	Result       json.RawMessage        `json:"result,omitempty"`
 	LogPath      string                 `json:"log_path,omitempty"`
-	// Launching: the trial passed its screening to launch (a running
-	// trial with it is running its config, or about to).
+	// Launching: the trial claimed its config to launch (storage's
+	// ClaimConfig; a running trial with it runs that config, or is about
+	// to).
 	Launching    bool       `json:"-"`
 	LogTail      string     `json:"log_tail,omitempty"`
 	LogExcerpt   string     `json:"log_excerpt,omitempty"`

@@ -310,13 +310,6 @@ func (r *runner) open(ctx context.Context, target objective.Target) error {
 	if r.uid, err = r.studyUID(attrs); err != nil {
 		return err
 	}
-	recs, err := Records(r.store, r.st.Name)
-	if err != nil {
-		return err
-	}
-	if r.logDir, err = studyLogDir(r.opt.LogDir, r.st.Name, r.uid, len(recs) > 0); err != nil {
-		return fmt.Errorf("log dir: %w", err)
-	}
 	return r.describeStudy()
 }
 
@@ -635,11 +628,15 @@ func (r *runner) waiting() (int, error) {
 // resume takes over trials whose owner died (on this host, or silent for
 // staleAfter anywhere), queueing each for a re-run through the storage's
 // atomic API, kills servers they left behind, and relearns what the
-// study's earlier startups taught.
+// study's earlier startups taught; the trials it read also find the
+// study's log directory (see studyLogDir).
 func (r *runner) resume() error {
 	recs, err := r.reap()
 	if err != nil {
 		return err
+	}
+	if r.logDir, err = studyLogDir(r.opt.LogDir, r.st.Name, r.uid, len(recs) > 0); err != nil {
+		return fmt.Errorf("log dir: %w", err)
 	}
 	if r.launched, err = r.store.LaunchedCount(context.Background(), r.study.ID); err != nil {
 		return fmt.Errorf("count launched trials: %w", err)

@@ -534,7 +534,7 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 	r.mu.Unlock()
 	if n >= maxUnlaunchable {
 		return fmt.Errorf("%d trials in a row could not be launched, the last (trial %d): %w; fix that and run the same command again (its trials are re-run first)",
-			n, t.number, err)
+			n, t.number, o.startErr)
 	}
 	if stopErr != nil {
 		return fmt.Errorf("GPU group %s: the server of trial %d could not be stopped cleanly: %w; no more trials run on this group",
