@@ -858,20 +858,44 @@ func hostname() string {
 	return h
 }
 
-// ownerDead reports whether owner ("host:pid", or "host:pid#name") is a
-// process of this host that no longer exists.
-func ownerDead(owner, host string) bool {
+// Liveness is what a host can tell of the process that owns a trial or a
+// lease.
+type Liveness int
+
+const (
+	// LiveUnknown: another host's process, or an owner not in the form
+	// "host:pid", cannot be checked from here.
+	LiveUnknown Liveness = iota
+	// LiveYes: a process of this host that exists.
+	LiveYes
+	// LiveNo: a process of this host that no longer exists.
+	LiveNo
+)
+
+// OwnerLive checks owner ("host:pid", or "host:pid#name" for one of
+// several runs in a process) when it is a process of host. The run takes
+// over the trials of a LiveNo owner (see reapEnded), and status shows them
+// as such.
+func OwnerLive(owner, host string) Liveness {
 	owner, _, _ = strings.Cut(owner, "#")
 	h, p, ok := strings.Cut(owner, ":")
-	if !ok || h != host {
-		return false
+	if !ok || h != host || host == "" {
+		return LiveUnknown
 	}
 	pid, err := strconv.Atoi(p)
-	if err != nil || pid <= 0 || pid == os.Getpid() {
-		return false
+	if err != nil || pid <= 0 {
+		return LiveUnknown
 	}
-	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+	// Signal 0 checks existence; EPERM means it exists under another user.
+	if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		return LiveNo
+	}
+	return LiveYes
 }
+
+// ownerDead reports whether owner is a process of this host that no
+// longer exists.
+func ownerDead(owner, host string) bool { return OwnerLive(owner, host) == LiveNo }
 
 // gpuCSV is CUDA_VISIBLE_DEVICES for gpus ("" for none).
 func gpuCSV(gpus []int) string {

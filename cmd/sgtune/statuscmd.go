@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -185,7 +184,7 @@ func statusText(d *studyData, now time.Time) string {
 	for _, r := range running {
 		// A trial whose process died (kill -9) stays "running" in the
 		// storage until a run takes it over.
-		if ownerAlive(r.Owner, host) == aliveNo {
+		if search.OwnerLive(r.Owner, host) == search.LiveNo {
 			fmt.Fprintf(&b, "stale: trial %d was left running by process %s, which has ended; the next run re-runs it\n", r.Number, r.Owner)
 			continue
 		}
@@ -327,7 +326,7 @@ func runEnded(recs []search.Record, leases []storage.Lease, host string, now tim
 	for _, r := range recs {
 		// A running trial whose process died (kill -9) is stale, not running:
 		// the next run re-runs it.
-		if r.State == search.StateRunning && ownerAlive(r.Owner, host) != aliveNo {
+		if r.State == search.StateRunning && search.OwnerLive(r.Owner, host) != search.LiveNo {
 			*quiet = 0
 			return false, ""
 		}
@@ -345,10 +344,10 @@ func runEnded(recs []search.Record, leases []storage.Lease, host string, now tim
 		}
 	}
 	queued := queuedNote(waiting)
-	switch ownerAlive(owner, host) {
-	case aliveNo:
+	switch search.OwnerLive(owner, host) {
+	case search.LiveNo:
 		return true, fmt.Sprintf("no trial is running and the run (process %s) has ended%s", owner, queued)
-	case aliveYes:
+	case search.LiveYes:
 		*quiet = 0
 		return false, ""
 	}
@@ -367,10 +366,10 @@ func runEnded(recs []search.Record, leases []storage.Lease, host string, now tim
 // of this host while it lives, another host's until the lease expires
 // (it renews it while it runs).
 func leaseLive(l storage.Lease, host string, now time.Time) bool {
-	switch ownerAlive(l.Holder, host) {
-	case aliveYes:
+	switch search.OwnerLive(l.Holder, host) {
+	case search.LiveYes:
 		return true
-	case aliveNo:
+	case search.LiveNo:
 		return false
 	}
 	return !l.Expired(now)
@@ -389,32 +388,6 @@ func queuedNote(nums []int) string {
 		s[i] = strconv.Itoa(n)
 	}
 	return fmt.Sprintf("; trials %s are queued and run when the study resumes", strings.Join(s, ", "))
-}
-
-type aliveness int
-
-const (
-	aliveUnknown aliveness = iota
-	aliveYes
-	aliveNo
-)
-
-// ownerAlive checks a trial owner ("host:pid") when it is a process of
-// this host; another host's process cannot be checked from here.
-func ownerAlive(owner, host string) aliveness {
-	h, p, ok := strings.Cut(owner, ":")
-	if !ok || h != host || host == "" {
-		return aliveUnknown
-	}
-	pid, err := strconv.Atoi(p)
-	if err != nil || pid <= 0 {
-		return aliveUnknown
-	}
-	// Signal 0 checks existence; EPERM means it exists under another user.
-	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-		return aliveNo
-	}
-	return aliveYes
 }
 
 // isTerminal reports whether w is a character device (a terminal).
