@@ -363,9 +363,9 @@ type ServerInfo struct {
 	MaxRunningRequests  int `json:"max_running_requests,omitempty"`
 	EffectiveMaxRunning int `json:"effective_max_running_requests,omitempty"`
 	// ContextLength is the most tokens one request may hold, prompt and
-	// output: /server_info's context_length (set with --context-length),
-	// else the max_model_len /v1/models gives the model (SGLang, vLLM); 0
-	// when neither says.
+	// output, as /server_info's context_length says it (set with
+	// --context-length); 0 when it does not (a matrix run then reads
+	// /v1/models' max_model_len).
 	ContextLength int            `json:"context_length,omitempty"`
 	Version       string         `json:"version,omitempty"`
 	Raw           map[string]any `json:"-"`
