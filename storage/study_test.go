@@ -211,7 +211,22 @@ func helperTPE(args []string) error {
 	if seed%2 == 0 {
 		study, err = s.LoadOrCreateStudy(args[1], goptuna.StudyDirectionMaximize, sampler, goptuna.StudyOptionLogger(nil))
 	} else {
-		// goptuna's own way: racing creators get ErrDuplicateStudy and load.
+		// goptuna's own way, once a race-free creator has made the study:
+		// CreateStudy gets ErrDuplicateStudy and loads. It cannot race the
+		// creation itself: it creates the study and sets its direction in
+		// two steps, and a process loading in between sees the default
+		// direction (EnsureStudy refuses it; goptuna's loader would
+		// optimize the wrong way).
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if _, err := s.GetStudyIDFromName(args[1]); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("study %q not created in 30 s", args[1])
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		for range 5 {
 			study, err = goptuna.CreateStudy(args[1], goptuna.StudyOptionStorage(s), sampler,
 				goptuna.StudyOptionDirection(goptuna.StudyDirectionMaximize),
