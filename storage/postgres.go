@@ -68,6 +68,34 @@ func redactURL(dsn string) string {
 	return u.Redacted()
 }
 
+// WithoutPassword returns a PostgreSQL URL without its password (in the
+// user info or a password query parameter), for commands printed to be
+// pasted: the driver then reads the password from $PGPASSWORD or
+// ~/.pgpass. removed says whether there was one. Anything else comes back
+// as it was.
+func WithoutPassword(dsn string) (out string, removed bool) {
+	if !IsPostgres(dsn) {
+		return dsn, false
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return redactURL(dsn), true
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.User(u.User.Username())
+		removed = true
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Del("password")
+		u.RawQuery = q.Encode()
+		removed = true
+	}
+	if !removed {
+		return dsn, false
+	}
+	return u.String(), true
+}
+
 func pgCode(err error) string {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {

@@ -210,6 +210,24 @@ func TestRedactURL(t *testing.T) {
 	}
 }
 
+func TestWithoutPassword(t *testing.T) {
+	tests := []struct {
+		in, want string
+		removed  bool
+	}{
+		{"postgres://u:secret@db:5432/tuner?sslmode=disable", "postgres://u@db:5432/tuner?sslmode=disable", true},
+		{"postgresql://db/tuner?password=secret&sslmode=disable", "postgresql://db/tuner?sslmode=disable", true},
+		{"postgres://u@db/tuner?sslmode=disable", "postgres://u@db/tuner?sslmode=disable", false},
+		{"postgres://u:secret@db:bad port/x", "postgres://(unparsable URL)", true},
+		{"runs/glm.db", "runs/glm.db", false},
+	}
+	for _, tc := range tests {
+		if got, removed := WithoutPassword(tc.in); got != tc.want || removed != tc.removed {
+			t.Errorf("WithoutPassword(%q) = %q, %v; want %q, %v", tc.in, got, removed, tc.want, tc.removed)
+		}
+	}
+}
+
 // Open names a PostgreSQL server it cannot use, without its password, and
 // does not wait long for one that does not answer.
 func TestOpenPostgresErrors(t *testing.T) {

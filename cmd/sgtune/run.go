@@ -136,7 +136,7 @@ func (a *app) finish(st *space.Study, sum search.Summary, store *storage.Store, 
 	if errext.Code(runErr) == errext.BadInput {
 		return runErr
 	}
-	a.printSummary(st, sum, a.readCommand(store, storagePath, st.Name))
+	a.printSummary(st, sum, a.readCommand(store, storagePath, st.Name), a.passwordNote(storagePath))
 	if runErr != nil {
 		return runErr
 	}
@@ -147,8 +147,9 @@ func (a *app) finish(st *space.Study, sum search.Summary, store *storage.Store, 
 }
 
 // printSummary prints what the run did; read is the reading command's
-// arguments for this study (see readCommand), for the hints it ends with.
-func (a *app) printSummary(st *space.Study, sum search.Summary, read string) {
+// arguments for this study (see readCommand), for the hints it ends with,
+// and note the line that follows them (see passwordNote).
+func (a *app) printSummary(st *space.Study, sum search.Summary, read, note string) {
 	counts := map[string]int{}
 	for _, r := range sum.Records {
 		counts[r.State]++
@@ -170,7 +171,7 @@ func (a *app) printSummary(st *space.Study, sum search.Summary, read string) {
 	fmt.Fprintf(a.stdout, "\nstudy %s: %d trials stored (%s); this run launched %d%s\n",
 		st.Name, len(sum.Records), strings.Join(parts, ", "), sum.Launched, confirms)
 	if sum.Best == nil {
-		fmt.Fprintf(a.stdout, "no trial met the score's SLO and gates yet; see `sgtune status%s` for the reasons\n", read)
+		fmt.Fprintf(a.stdout, "no trial met the score's SLO and gates yet; see `sgtune status%s` for the reasons\n%s", read, note)
 		return
 	}
 	b := sum.Best
@@ -180,18 +181,30 @@ func (a *app) printSummary(st *space.Study, sum search.Summary, read string) {
 		fmt.Fprintf(a.stdout, "best: trial %d, score %.2f\n", b.Number, *b.Score)
 	}
 	fmt.Fprintf(a.stdout, "  %s\n", commandLine(*b))
-	fmt.Fprintf(a.stdout, "export it with: sgtune export%s --format bash -o best-launch.sh\n", read)
+	fmt.Fprintf(a.stdout, "export it with: sgtune export%s --format bash -o best-launch.sh\n%s", read, note)
+}
+
+// passwordNote is the line that follows hints whose --storage lost its
+// password (see readCommand); "" when none did.
+func (a *app) passwordNote(storagePath string) string {
+	if _, hidden := storage.WithoutPassword(storagePath); !hidden || storagePath == a.getenv("SGTUNE_STORAGE") {
+		return ""
+	}
+	return "(the storage URL's password is left out of these commands: they read it from $PGPASSWORD or ~/.pgpass)\n"
 }
 
 // readCommand is what a reading command (status, export) needs to find the
 // study just run, as words to paste after it: --storage unless the command
 // reads that storage without it ($SGTUNE_STORAGE, else sgtune.db), and
 // --study when the storage holds other studies too (or cannot list them).
-// Each word is quoted where a shell needs it.
+// Each word is quoted where a shell needs it. A PostgreSQL URL's password
+// is left out (hints end up in logs and scrollback): the pasted command
+// reads it from $PGPASSWORD or ~/.pgpass (see passwordNote).
 func (a *app) readCommand(store *storage.Store, storagePath, study string) string {
 	var words []string
 	if storagePath != cmp.Or(a.getenv("SGTUNE_STORAGE"), "sgtune.db") {
-		words = append(words, "--storage", storagePath)
+		public, _ := storage.WithoutPassword(storagePath)
+		words = append(words, "--storage", public)
 	}
 	if names, err := store.StudyNames(); err != nil || len(names) != 1 {
 		words = append(words, "--study", study)

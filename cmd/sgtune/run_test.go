@@ -835,6 +835,9 @@ func TestReadCommand(t *testing.T) {
 		{db, "", " --storage " + db},
 		{"my runs/a.db", "", " --storage 'my runs/a.db'"},
 		{"sgtune.db", db, " --storage sgtune.db"},
+		// Hints are pasted and logged: a password stays out of them.
+		{"postgres://tuner:s3cret@db:5432/tuner?sslmode=disable", "", " --storage 'postgres://tuner@db:5432/tuner?sslmode=disable'"},
+		{"postgres://tuner@db/tuner?password=s3cret", "", " --storage postgres://tuner@db/tuner"},
 	} {
 		a := &app{getenv: func(k string) string {
 			if k == "SGTUNE_STORAGE" {
@@ -844,6 +847,9 @@ func TestReadCommand(t *testing.T) {
 		}}
 		if got := a.readCommand(st, tc.path, "rescore"); got != tc.want {
 			t.Errorf("storage %q, $SGTUNE_STORAGE %q: %q, want %q", tc.path, tc.env, got, tc.want)
+		}
+		if note := a.passwordNote(tc.path); (note != "") != strings.Contains(tc.path, "s3cret") {
+			t.Errorf("storage %q: password note %q", tc.path, note)
 		}
 	}
 	if _, err := st.CreateNewStudy("other"); err != nil {

@@ -288,7 +288,7 @@ func (a *app) watchStatus(ctx context.Context, sf studyFlags, interval time.Dura
 			case tty:
 				fmt.Fprint(a.stdout, "\x1b[H\x1b[2J"+text)
 				if !done {
-					fmt.Fprintf(a.stdout, "watching %s every %s; Ctrl-C to stop\n", sf.storage, interval)
+					fmt.Fprintf(a.stdout, "watching %s every %s; Ctrl-C to stop\n", d.store.Path(), interval)
 				}
 			case text != last:
 				if last != "" {
