@@ -56,6 +56,8 @@ type fakeBackend struct {
 	// outlier, when set, flags every point before the last level
 	// (objective.Point.Outlier).
 	outlier string
+	// stop, when set, is called as a server's Stop begins.
+	stop func(flags string)
 }
 
 func (b *fakeBackend) Start(ctx context.Context, spec launcher.Spec) (Running, error) {
@@ -115,6 +117,9 @@ func (f *fakeRunning) Measure(ctx context.Context, w objective.Workload, opt obj
 }
 
 func (f *fakeRunning) Stop(ctx context.Context) (*launcher.Failure, error) {
+	if f.b.stop != nil {
+		f.b.stop(f.flags)
+	}
 	f.b.mu.Lock()
 	f.b.running[f.flags]--
 	f.b.mu.Unlock()
@@ -294,6 +299,47 @@ func TestResumeTakesOverDeadOwner(t *testing.T) {
 	}
 	if recs[1].State != StateComplete || fmt.Sprint(recs[1].Params) != fmt.Sprint(dead.Params) {
 		t.Errorf("re-run %+v, want params %v", recs[1], dead.Params)
+	}
+}
+
+// A measured trial is stored before its server is stopped: the teardown
+// may wait minutes for the GPUs, and a tuner killed then must not lose the
+// measurement. A trial that failed is still classified by how the server
+// ended, so it is stored after.
+func TestMeasuredTrialStoredBeforeStop(t *testing.T) {
+	st, store, _ := openFake(t)
+	var stops []string
+	b := &fakeBackend{crash: func(flags string) *launcher.Failure {
+		if strings.Contains(flags, "--max-mamba-cache-size 64") {
+			return &launcher.Failure{Class: engine.ClassIllegalMemoryAccess, ExitCode: 1, Reason: "CUDA error: an illegal memory access was encountered"}
+		}
+		return nil
+	}}
+	b.stop = func(flags string) {
+		recs, err := Records(store, st.Name)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		last := recs[len(recs)-1]
+		stops = append(stops, last.State)
+		crashes := b.crash(flags) != nil
+		switch {
+		case crashes && last.State != StateRunning:
+			t.Errorf("trial %d (%s) stored %s before its server stopped; want it classified after", last.Number, flags, last.State)
+		case !crashes && (last.State != StateComplete || last.Score == nil || len(last.Result) == 0):
+			t.Errorf("trial %d (%s) is %s (score %v, %d bytes of result) when its server stops; want it stored complete", last.Number, flags, last.State, last.Score, len(last.Result))
+		}
+	}
+	sum, err, _ := runFake(t, context.Background(), st, store, b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := states(sum.Records); got[StateComplete] == 0 || got[StateFailed] == 0 {
+		t.Fatalf("states %v: want both complete and failed trials", got)
+	}
+	if len(stops) != len(b.launches) {
+		t.Errorf("%d stops for %d launches", len(stops), len(b.launches))
 	}
 }
 

@@ -508,21 +508,39 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 
 	var o observed
 	attrs := map[string]string{}
+	var out outcome
+	store := func() error {
+		o.interrupted = ctx.Err() != nil
+		out = decide(o, r.st.Score)
+		return r.record(t, out, o.result, attrs)
+	}
 	srv, err := r.backend.Start(ctx, spec)
 	o.startErr = err
 	var stopErr error
 	if err == nil {
 		var ferr error
 		o.result, o.measureErr, o.limits, o.pruned, ferr = r.measure(ctx, t, srv, attrs)
-		o.crash, stopErr = srv.Stop(context.Background())
+		if ferr == nil && o.measureErr == nil && o.limits == "" {
+			// A finished (or pruned) measurement is stored before the
+			// teardown, which may wait minutes for the GPUs to be
+			// released: a tuner killed meanwhile keeps the trial. A
+			// failure the server shows only when stopped comes after
+			// every request was answered and does not undo them.
+			ferr = store()
+			_, stopErr = srv.Stop(context.Background())
+		} else {
+			// A failed measurement is classified by how the server
+			// ended (a crash, a hang): stop it first.
+			o.crash, stopErr = srv.Stop(context.Background())
+		}
 		if ferr != nil {
 			return errors.Join(ferr, stopErr)
 		}
 	}
-	o.interrupted = ctx.Err() != nil
-	out := decide(o, r.st.Score)
-	if err := r.record(t, out, o.result, attrs); err != nil {
-		return errors.Join(err, stopErr)
+	if !t.done {
+		if err := store(); err != nil {
+			return errors.Join(err, stopErr)
+		}
 	}
 	r.mu.Lock()
 	if out.Unlaunchable {
