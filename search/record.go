@@ -83,7 +83,10 @@ type Record struct {
 	// Launching: the trial claimed its config to launch (storage's
 	// ClaimConfig; a running trial with it runs that config, or is about
 	// to).
-	Launching    bool       `json:"-"`
+	Launching bool `json:"-"`
+	// Stopping: the trial was stored before its server stopped, and the
+	// stop has not been seen to end (storage.AttrStopping).
+	Stopping     bool       `json:"-"`
 	LogTail      string     `json:"log_tail,omitempty"`
 	LogExcerpt   string     `json:"log_excerpt,omitempty"`
 	Start        time.Time  `json:"start"`
@@ -134,6 +137,7 @@ func decode(t goptuna.FrozenTrial) Record {
 		GPUs:         ua[storage.AttrGPUs],
 		LogPath:      ua[storage.AttrLogPath],
 		Launching:    ua[storage.AttrLaunching] != "",
+		Stopping:     ua[storage.AttrStopping] != "",
 		LogTail:      ua[storage.AttrLogTail],
 		LogExcerpt:   ua[storage.AttrLogExcerpt],
 		Start:        t.DatetimeStart,

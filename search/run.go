@@ -682,6 +682,13 @@ func (r *runner) reapEnded() ([]Record, error) {
 	}
 	took := false
 	for _, rec := range recs {
+		if rec.Stopping && rec.State != StateRunning && ownerDead(rec.Owner, r.host) {
+			// Stored, but its owner died stopping its server.
+			if err := r.store.AnnotateTrial(rec.ID, storage.AttrStopping, ""); err != nil {
+				return nil, fmt.Errorf("trial %d: %w", rec.Number, err)
+			}
+			r.killLeftovers(rec.ID, rec.Number)
+		}
 		if rec.State != StateRunning || !ownerDead(rec.Owner, r.host) {
 			continue
 		}
@@ -727,13 +734,19 @@ func (r *runner) staleRetries() int {
 }
 
 // tookOver reports a trial taken over from a dead owner and kills what its
-// server left behind: Pdeathsig takes a server down with its tuner, but not
-// every engine's workers; a Slurm job outlives its worker and is cancelled.
+// server left behind (killLeftovers).
 func (r *runner) tookOver(id, number int, reason string) {
 	r.mu.Lock()
 	r.taken++
 	r.mu.Unlock()
 	r.trialEvent(EventNote, number, "taken over: %s; queued to run again", reason)
+	r.killLeftovers(id, number)
+}
+
+// killLeftovers kills what the server of a trial whose owner died left
+// behind: Pdeathsig takes a server down with its tuner, but not every
+// engine's workers; a Slurm job outlives its worker and is cancelled.
+func (r *runner) killLeftovers(id, number int) {
 	if r.st.Slurmed() {
 		r.cancelLeftoverJob(id, number)
 		return

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -340,6 +342,80 @@ func TestMeasuredTrialStoredBeforeStop(t *testing.T) {
 	}
 	if len(stops) != len(b.launches) {
 		t.Errorf("%d stops for %d launches", len(stops), len(b.launches))
+	}
+}
+
+// A trial stored before its server stopped, whose owner died before the
+// stop ended, may have left server processes behind: the next run kills
+// them and clears the mark. A trial whose stop ended has no mark.
+func TestStoppingTrialLeftoversKilled(t *testing.T) {
+	st, store, _ := openFake(t, "trials: 6", "trials: 1")
+	sum, err, _ := runFake(t, context.Background(), st, store, &fakeBackend{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sum.Records) != 1 || sum.Records[0].Stopping {
+		t.Fatalf("records %+v: want one, without the stopping mark after its clean stop", sum.Records)
+	}
+
+	// A trial stored by a process that died stopping its server.
+	st, store, _ = openFake(t, "trials: 6", "trials: 1")
+	study, err := store.LoadOrCreateStudy(st.Name, goptuna.StudyDirectionMaximize, goptuna.StudyOptionStorage(store),
+		goptuna.StudyOptionLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const uid = "0badf00d"
+	if err := store.SetStudySystemAttr(study.ID, storage.AttrUID, uid); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := store.CreateNewTrial(study.ID)
+	trial := &goptuna.Trial{Study: study, ID: id}
+	if _, err := trial.SuggestCategorical("ep", []string{"1", "4"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trial.SuggestStepInt("slots", 64, 512, 64); err != nil {
+		t.Fatal(err)
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetTrialSystemAttr(id, storage.AttrOwner, fmt.Sprintf("%s:%d", hostname(), dead.Process.Pid)); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.FinishTrial(id, storage.Finish{State: goptuna.TrialStateFail,
+		Attrs: map[string]string{storage.AttrState: StateFailed, storage.AttrStopping: "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	leftover := exec.Command("sleep", "300")
+	leftover.Env = append(os.Environ(), fmt.Sprintf("SGTUNE_TRIAL=%s/%s/0", safeName(st.Name), uid))
+	leftover.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := leftover.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- leftover.Wait() }()
+	t.Cleanup(func() { _ = leftover.Process.Kill() })
+
+	sum, err, evs := runFake(t, context.Background(), st, store, &fakeBackend{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leftover server process of a trial whose owner died stopping it still runs")
+	}
+	if sum.Records[0].Stopping {
+		t.Error("the stopping mark stays after its leftovers were killed")
+	}
+	killed := false
+	for _, ev := range evs {
+		killed = killed || strings.Contains(ev.Text, "killed 1 leftover server process group")
+	}
+	if !killed {
+		t.Error("no event says the leftover server was killed")
 	}
 }
 

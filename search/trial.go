@@ -523,11 +523,19 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 		if ferr == nil && o.measureErr == nil && o.limits == "" {
 			// A finished (or pruned) measurement is stored before the
 			// teardown, which may wait minutes for the GPUs to be
-			// released: a tuner killed meanwhile keeps the trial. A
-			// failure the server shows only when stopped comes after
-			// every request was answered and does not undo them.
+			// released: a tuner killed meanwhile keeps the trial, and
+			// the stopping mark has the next run kill what its server
+			// left (reapEnded). A failure the server shows only when
+			// stopped comes after every request was answered and does
+			// not undo them.
+			attrs[storage.AttrStopping] = "1"
 			ferr = store()
 			_, stopErr = srv.Stop(context.Background())
+			if ferr == nil && stopErr == nil {
+				if err := r.store.AnnotateTrial(t.id, storage.AttrStopping, ""); err != nil {
+					return fmt.Errorf("trial %d: store that its server stopped: %w", t.number, err)
+				}
+			}
 		} else {
 			// A failed measurement is classified by how the server
 			// ended (a crash, a hang): stop it first.

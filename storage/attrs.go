@@ -40,6 +40,11 @@ const (
 	// AttrLaunching (user): "1" once the trial passed its screening and
 	// is about to launch (see search's sameConfigIn).
 	AttrLaunching = "sgtune.launching"
+	// AttrStopping (user): "1" while a trial stored before its server
+	// stopped waits for that stop; "" once it stopped cleanly. A trial
+	// left with it by a process that died may have left server
+	// processes behind (see search's reapEnded).
+	AttrStopping = "sgtune.stopping"
 	// AttrOwner (system): the process that runs the trial ("host:pid").
 	AttrOwner = "sgtune.owner"
 	// AttrHost (system): the host the trial's server ran on.
