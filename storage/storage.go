@@ -333,6 +333,9 @@ func (s *Store) retryable(err error) bool {
 }
 
 func (s *Store) tryWrite(ctx context.Context, fn func(tx *txn) error) error {
+	if s.wdb == nil {
+		return fmt.Errorf("storage: %s: %w", s.path, ErrReadOnly)
+	}
 	tx, err := s.begin(ctx, s.wdb, nil, "begin")
 	if err != nil {
 		return err

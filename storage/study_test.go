@@ -187,6 +187,8 @@ func TestHelperProcess(t *testing.T) {
 		err = helperWorker(args)
 	case "reapclaim":
 		err = helperReapClaim(args)
+	case "read":
+		err = helperRead(args)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}

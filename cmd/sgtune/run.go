@@ -297,7 +297,8 @@ func (a *app) storageFromEnv(cmd *cobra.Command) error {
 }
 
 // openExisting opens a storage that must already exist: commands that only
-// read never create a database.
+// read never create a database, and read one they cannot write
+// (storage.OpenRead).
 func openExisting(path string) (*storage.Store, error) {
 	if storage.IsPostgres(path) {
 		return openStorage(path)
@@ -314,7 +315,14 @@ func openExisting(path string) (*storage.Store, error) {
 	if fi.Mode().IsRegular() && fi.Size() == 0 {
 		return nil, badInput(fmt.Errorf("storage %s is an empty file, not a study database (`sgtune run STUDY_FILE --storage %s` creates one)", path, path))
 	}
-	return openStorage(path)
+	store, err := storage.OpenRead(path)
+	if errors.Is(err, storage.ErrNotStudyDB) {
+		return nil, badInput(err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open storage: %w", err)
+	}
+	return store, nil
 }
 
 // openStorage opens a storage; one that is not sgtune's (a directory, a
