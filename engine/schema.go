@@ -48,8 +48,20 @@ type FlagSpec struct {
 
 	// offSwitch is the separate switch --no-NAME that turns this one off
 	// where the schema lists both (vLLM's argparse.BooleanOptionalAction
-	// flags, each written as two switches).
-	offSwitch string
+	// flags, each written as two switches); onSwitch is, on that --no-NAME,
+	// the --NAME it turns off.
+	offSwitch, onSwitch string
+}
+
+// Setting names the engine setting the flag writes: the flag itself, or,
+// for a --no-NAME switch listed beside its --NAME (vLLM's
+// BooleanOptionalAction pairs), --NAME. Two flags with one setting set the
+// same thing: argparse keeps whichever comes last.
+func (f *FlagSpec) Setting() string {
+	if f.onSwitch != "" {
+		return f.onSwitch
+	}
+	return f.Name
 }
 
 // DefaultOn reports whether a bool flag is on when absent (its Default
@@ -165,6 +177,7 @@ func ParseFlagSchema(data []byte, source string) (*FlagSchema, error) {
 		if off, ok := s.byName["--no-"+strings.TrimPrefix(f.Name, "--")]; ok && f.Type == "bool" && len(f.Negations) == 0 &&
 			strings.HasPrefix(f.Name, "--") && off.Type == "bool" && off.Name != f.Name {
 			f.offSwitch = off.Name
+			off.onSwitch = f.Name
 		}
 	}
 	return &s, nil

@@ -497,6 +497,7 @@ func (d *dec) checkFlagTokens(st *Study, n *yaml.Node, path string, words []stri
 func (d *dec) fixed(st *Study, top *mapNode) {
 	n := top.node("fixed")
 	st.Fixed = map[string]string{}
+	st.fixedSettings = map[string]fixedSetting{}
 	if n == nil {
 		return
 	}
@@ -546,8 +547,16 @@ func (d *dec) fixed(st *Study, top *mapNode) {
 					words = append(words, k.Value)
 				case spec.Negation() != "":
 					// Off is written as the negation (llama.cpp's
-					// --no-cont-batching); leaving it out keeps the default.
+					// --no-cont-batching, vLLM's --no-NAME); leaving it out
+					// keeps the default.
 					words = append(words, spec.Negation())
+					if _, seen := at[spec.Negation()]; !seen {
+						at[spec.Negation()] = flagNode{k, path}
+					}
+				default:
+					// Off writes nothing (a switch with no negation), yet
+					// the setting is fixed: a param may not search it.
+					st.fixedSettings[spec.Setting()] = fixedSetting{path: path}
 				}
 				continue
 			}
@@ -575,16 +584,45 @@ func (d *dec) fixed(st *Study, top *mapNode) {
 	}
 	args := d.checkFlagTokens(st, n, "fixed", words, at)
 	for _, a := range args {
+		w, ok := at[a.Name]
+		if !ok {
+			w = flagNode{n, "fixed"}
+		}
 		if _, dup := st.Fixed[a.Spec.Name]; dup {
-			w, ok := at[a.Name]
-			if !ok {
-				w = flagNode{n, "fixed"}
-			}
 			d.fail(w.node, w.path, "%s given twice; valid: each flag once", a.Name)
+		} else if f, dup := st.fixedSettings[a.Spec.Setting()]; dup {
+			d.fail(w.node, w.path, "%s sets the switch that %s; valid: one of them", a.Name, f.says())
 		}
 		st.Fixed[a.Spec.Name] = strings.Join(a.Values, " ")
+		st.fixedSettings[a.Spec.Setting()] = fixedSetting{path: w.path, word: a.Name}
 	}
 	st.fixedArgv = words
+}
+
+// fixedSetting is where fixed sets an engine setting (engine.FlagSpec.Setting)
+// and the word it writes there: "" where false writes nothing.
+type fixedSetting struct{ path, word string }
+
+// says tells what fixed does with the setting, for messages.
+func (f fixedSetting) says() string {
+	if f.word == "" {
+		return f.path + " is false, which writes nothing"
+	}
+	return f.path + " writes " + f.word
+}
+
+// fixedConflict says why a flag a param or derived entry writes clashes
+// with fixed ("" when it does not): the flag itself is fixed, or fixed
+// sets the same setting another way (vLLM's --no-NAME for --NAME, or a
+// false switch, which writes nothing).
+func (st *Study) fixedConflict(spec *engine.FlagSpec, written string) string {
+	if _, dup := st.Fixed[spec.Name]; dup {
+		return written + " is also a fixed flag"
+	}
+	if f, dup := st.fixedSettings[spec.Setting()]; dup {
+		return written + " is also fixed: " + f.says()
+	}
+	return ""
 }
 
 func (d *dec) params(st *Study, top *mapNode) {
@@ -816,8 +854,8 @@ func (d *dec) paramMapping(st *Study, p *Param, m *mapNode, validate bool) {
 		}
 		if args := d.checkFlagTokens(st, m.at(p.mappingKey(v)), m.path+"."+p.mappingKey(v), words, nil); args != nil {
 			for _, a := range args {
-				if _, dup := st.Fixed[a.Spec.Name]; dup {
-					m.failKey(p.mappingKey(v), "%s is also a fixed flag; valid: search it or fix it, not both", a.Name)
+				if why := st.fixedConflict(a.Spec, a.Name); why != "" {
+					m.failKey(p.mappingKey(v), "%s; valid: search it or fix it, not both", why)
 				}
 			}
 		}
@@ -960,8 +998,8 @@ func (d *dec) derived(st *Study, top *mapNode) {
 		if spec.Owner != "" {
 			m.failKey("flag", "%s is set by sgtune; valid: another flag", dv.Flag)
 		}
-		if _, dup := st.Fixed[spec.Name]; dup {
-			m.failKey("flag", "%s is also a fixed flag; valid: derive it or fix it, not both", dv.Flag)
+		if why := st.fixedConflict(spec, dv.Flag); why != "" {
+			m.failKey("flag", "%s; valid: derive it or fix it, not both", why)
 		}
 		if !m.str("value", &dv.Value) {
 			m.failKey("value", "missing; valid: an expression such as spec_steps + 1")

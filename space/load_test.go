@@ -140,6 +140,21 @@ func TestLoadErrorTable(t *testing.T) {
 		{"fixed model path", base + "fixed: '--model-path x'\n", "--model-path comes from model.path"},
 		{"fixed switch value", base + "fixed: {--enable-metrics: 1}\n", "fixed.--enable-metrics: --enable-metrics is a switch; valid: true or false"},
 		{"fixed and param", base + "fixed: {--ep-size: 4}\nparams:\n  - {name: ep, type: categorical, choices: [1], flag: --ep-size}\n", "--ep-size is also a fixed flag"},
+		// vLLM's --NAME and --no-NAME set one switch: fixing it false (written
+		// --no-NAME) and searching --NAME is a conflict, wherever it is written.
+		{"vllm fixed off, param on", vllmBase + "fixed: {--enable-prefix-caching: false}\nparams:\n  - {name: pc, type: bool, values: {true: --enable-prefix-caching, false: ''}}\n",
+			"t.yaml:10:36: params[pc].values: --enable-prefix-caching is also fixed: fixed.--enable-prefix-caching writes --no-enable-prefix-caching; valid: search it or fix it, not both"},
+		{"vllm fixed off, param flag", vllmBase + "fixed: {--enforce-eager: false}\nparams:\n  - {name: eager, type: bool, flag: --enforce-eager}\n",
+			"t.yaml:10:37: params[eager].flag: --enforce-eager is also fixed: fixed.--enforce-eager writes --no-enforce-eager; valid: search it or fix it, not both"},
+		{"vllm fixed --no-NAME, param on", vllmBase + "fixed: [--no-async-scheduling]\nparams:\n  - {name: a, type: bool, values: {true: --async-scheduling, false: ''}}\n",
+			"params[a].values: --async-scheduling is also fixed: fixed[0] writes --no-async-scheduling"},
+		{"vllm fixed on, derived off", vllmBase + "fixed: {--enable-prefix-caching: true}\nparams:\n  - {name: s, type: bool}\nderived:\n  - {flag: --no-enable-prefix-caching, value: s}\n",
+			"derived[--no-enable-prefix-caching].flag: --no-enable-prefix-caching is also fixed: fixed.--enable-prefix-caching writes --enable-prefix-caching; valid: derive it or fix it, not both"},
+		{"vllm fixed both spellings", vllmBase + "fixed:\n  --enable-prefix-caching: true\n  --no-enable-prefix-caching: true\n",
+			"t.yaml:10:3: fixed.--no-enable-prefix-caching: --no-enable-prefix-caching sets the switch that fixed.--enable-prefix-caching writes --enable-prefix-caching; valid: one of them"},
+		// A switch with no negation fixed false writes nothing, and is fixed.
+		{"fixed false, param", base + "fixed: {--enable-metrics: false}\nparams:\n  - {name: m, type: bool, flag: --enable-metrics}\n",
+			"params[m].flag: --enable-metrics is also fixed: fixed.--enable-metrics is false, which writes nothing; valid: search it or fix it, not both"},
 		{"gpus group size", base + "gpus: {per_trial: 2, groups: [[0, 1], [2]]}\n", "gpus.groups[1]: 1 GPUs; valid: exactly gpus.per_trial = 2"},
 		{"gpus overlap", base + "gpus: {per_trial: 1, groups: [[0], [0]]}\n", "GPU 0 is in two groups"},
 		{"kind", base + "workload: {kind: soak}\n", `workload.kind: "soak"; valid: chat or matrix`},

@@ -46,8 +46,9 @@ type Study struct {
 	Budget          Budget
 	Launch          Launch
 
-	fixedArgv   []string // fixed flags in file order
-	constraints []*Expr
+	fixedArgv     []string                // fixed flags in file order
+	fixedSettings map[string]fixedSetting // what fixed sets, by engine.FlagSpec.Setting
+	constraints   []*Expr
 }
 
 // Engine says how to start the serving engine.
