@@ -52,6 +52,65 @@ func TestVLLMSchemaCoversTunerFlags(t *testing.T) {
 	}
 }
 
+// TestVLLMSwitchDefaults: each BooleanOptionalAction pair states what vLLM
+// uses when neither spelling is given, so a switch at its default writes
+// nothing (enforce_eager is False: false wrote --no-enforce-eager, a flag
+// "changed from the engine's defaults" that changed nothing) and one whose
+// default vLLM decides by model (prefix caching, chunked prefill) writes
+// both values. --no-NAME sets the same setting as --NAME.
+func TestVLLMSwitchDefaults(t *testing.T) {
+	s := vllmSchema(t)
+	pairs := 0
+	for i := range s.Flags {
+		f := &s.Flags[i]
+		on, ok := strings.CutPrefix(f.Name, "--no-")
+		if !ok || f.Type != "bool" {
+			continue
+		}
+		pos, ok := s.Lookup("--" + on)
+		if !ok {
+			continue
+		}
+		pairs++
+		if pos.Default == "" {
+			t.Errorf("%s states no default", pos.Name)
+		}
+		if f.Setting() != pos.Name || pos.Setting() != pos.Name || pos.Negation() != f.Name {
+			t.Errorf("%s: setting %s, %s's setting %s, negation %s", f.Name, f.Setting(), pos.Name, pos.Setting(), pos.Negation())
+		}
+	}
+	if pairs < 47 {
+		t.Errorf("%d BooleanOptionalAction pairs; want at least v0.11.1's 47", pairs)
+	}
+	for _, tc := range []struct {
+		flag      string
+		on, off   []string
+		defaultIs string
+	}{
+		{"--enforce-eager", []string{"--enforce-eager"}, nil, "off"},
+		{"--enable-expert-parallel", []string{"--enable-expert-parallel"}, nil, "off"},
+		{"--async-scheduling", []string{"--async-scheduling"}, nil, "off"},
+		{"--trust-remote-code", []string{"--trust-remote-code"}, nil, "off"},
+		{"--use-tqdm-on-load", nil, []string{"--no-use-tqdm-on-load"}, "on"},
+		{"--disable-log-requests", nil, []string{"--no-disable-log-requests"}, "on"},
+		{"--enable-prefix-caching", []string{"--enable-prefix-caching"}, []string{"--no-enable-prefix-caching"}, "auto"},
+		{"--enable-chunked-prefill", []string{"--enable-chunked-prefill"}, []string{"--no-enable-chunked-prefill"}, "auto"},
+		{"--eplb-log-balancedness", []string{"--eplb-log-balancedness"}, []string{"--no-eplb-log-balancedness"}, "from"},
+		{"--log-error-stack", []string{"--log-error-stack"}, []string{"--no-log-error-stack"}, "VLLM_SERVER_DEV_MODE"},
+	} {
+		f, _ := s.Lookup(tc.flag)
+		if got := f.SwitchWords(true); !slices.Equal(got, tc.on) {
+			t.Errorf("%s true writes %q; want %q", tc.flag, got, tc.on)
+		}
+		if got := f.SwitchWords(false); !slices.Equal(got, tc.off) {
+			t.Errorf("%s false writes %q; want %q", tc.flag, got, tc.off)
+		}
+		if !strings.HasPrefix(f.Default, tc.defaultIs) {
+			t.Errorf("%s default %q; want %s", tc.flag, f.Default, tc.defaultIs)
+		}
+	}
+}
+
 // TestVLLMTypoClosest: a mistyped vLLM flag is reported with the closest
 // valid name.
 func TestVLLMTypoClosest(t *testing.T) {

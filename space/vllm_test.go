@@ -99,3 +99,34 @@ params:
 		}
 	}
 }
+
+// TestVLLMSwitchAtDefault: a bool param on a switch whose vLLM default is
+// stated writes nothing for that default, so the fingerprint and the
+// count of flags changed from the engine's defaults see no change there.
+// Before, --enforce-eager false wrote --no-enforce-eager.
+func TestVLLMSwitchAtDefault(t *testing.T) {
+	st, err := Parse("v.yaml", []byte(vllmBase+`fixed:
+  --tensor-parallel-size: 4
+params:
+  - {name: eager, type: bool, flag: --enforce-eager}
+  - {name: tqdm, type: bool, flag: --use-tqdm-on-load}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		eager, tqdm bool
+		want        []string
+	}{
+		{false, true, []string{"vllm", "serve", "org/model", "--tensor-parallel-size", "4"}},
+		{true, false, []string{"vllm", "serve", "org/model", "--tensor-parallel-size", "4", "--enforce-eager", "--no-use-tqdm-on-load"}},
+	} {
+		cfg, err := st.Resolve(Params{"eager": tc.eager, "tqdm": tc.tqdm}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Argv(cfg); !slices.Equal(got, tc.want) {
+			t.Errorf("eager=%v tqdm=%v: argv %v\nwant %v", tc.eager, tc.tqdm, got, tc.want)
+		}
+	}
+}
