@@ -245,6 +245,9 @@ func (r *runner) confirm(ctx context.Context, groups [][]int) error {
 	// the queue.
 	res := "confirm@" + r.uid
 	held, err := r.store.AcquireLease(ctx, r.study.ID, res, r.owner, staleAfter)
+	if cancelled(ctx, err) {
+		return nil // interrupted: not a storage failure
+	}
 	if err != nil {
 		return fmt.Errorf("take the confirmation lease: %w", err)
 	}

@@ -128,6 +128,9 @@ func (r *runner) leaseGroup(ctx context.Context, pref []int) (*groupLease, []int
 			held = "in use (" + strings.Join(busy, "; ") + ")"
 		}
 		if left, err := r.budgetLeft(ctx); err != nil || !left {
+			if cancelled(ctx, err) {
+				return nil, nil, nil // interrupted: not a storage failure
+			}
 			if err == nil {
 				r.note("every GPU group is %s and the study's budget is spent: nothing to do", held)
 			}

@@ -1305,3 +1305,85 @@ func TestSameConfigProposedAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// testRunner sets a run of st up as Run does (its study opened, its
+// stale trials taken over), for a test that walks part of it.
+func testRunner(t *testing.T, st *space.Study, store *storage.Store, b Backend) *runner {
+	t.Helper()
+	r, target, err := newRunner(Options{Study: st, Store: store, Backend: b, LogDir: t.TempDir(),
+		Getenv: func(string) string { return "" }, Events: func(ev Event) { t.Log(ev.Text) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.open(context.Background(), target); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.resume(); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestCtrlCBeforeStorageCall: Ctrl-C that comes as a storage call taking
+// the run's context begins (the next trial's launch claimed right after a
+// trial completed, the confirmation lease) is an interrupt like at any
+// other moment: no error (exit 130, not 1), and a trial stopped before
+// its launch is stored interrupted with a human reason and queued again.
+// The claim failed with "storage: begin: context canceled", which ended
+// the run and became the trial's stored reason.
+func TestCtrlCBeforeStorageCall(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		walk func(ctx context.Context, r *runner) error
+	}{
+		{"claim a launch", func(ctx context.Context, r *runner) error { return r.trial(ctx, nil) }},
+		{"confirmation lease", func(ctx context.Context, r *runner) error {
+			r.st.Budget.Confirm = 2
+			return r.confirm(ctx, [][]int{nil})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, store, _ := openFake(t)
+			b := &fakeBackend{}
+			// A trial measured first gives the confirmation its top config.
+			if _, err := Run(context.Background(), Options{Study: st, Store: store, Backend: b, LogDir: t.TempDir(), Trials: 1, Parallel: 1,
+				Getenv: func(string) string { return "" }}); err != nil {
+				t.Fatal(err)
+			}
+			r := testRunner(t, st, store, b)
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if err := tc.walk(ctx, r); err != nil {
+				t.Fatalf("interrupted walk: %v, want no error", err)
+			}
+			recs, err := Records(store, st.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, rec := range recs[1:] {
+				if strings.Contains(rec.Reason, "context canceled") || strings.Contains(rec.Reason, "storage") {
+					t.Errorf("trial %d: reason %q", rec.Number, rec.Reason)
+				}
+			}
+			if tc.name != "claim a launch" {
+				return
+			}
+			if len(recs) != 3 || recs[1].State != StateInterrupted || recs[1].Reason != "interrupted before launch" ||
+				recs[2].State != StateWaiting || recs[2].RetryOf == nil || *recs[2].RetryOf != recs[1].Number {
+				t.Errorf("trials %v, want the second interrupted before launch and queued again", brief(recs))
+			}
+			if len(b.launches) != 1 {
+				t.Errorf("launches %q, want only the first trial's", b.launches)
+			}
+		})
+	}
+}
+
+// brief is recs as number:state (reason), for messages.
+func brief(recs []Record) []string {
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = fmt.Sprintf("%d:%s (%s)", r.Number, r.State, r.Reason)
+	}
+	return out
+}

@@ -80,6 +80,12 @@ func (r *runner) trial(ctx context.Context, gpus []int) (err error) {
 	// process on the study.
 	ok, err := r.store.ClaimLaunch(ctx, t.id, r.budget)
 	if err != nil {
+		if cancelled(ctx, err) {
+			// Ctrl-C came as the launch was claimed (the storage call
+			// took the run's context): an interrupt like at any other
+			// moment, not a storage failure.
+			return r.interruptUnlaunched(t)
+		}
 		return fmt.Errorf("trial %d: claim a launch: %w", t.number, err)
 	}
 	if !ok {
@@ -93,6 +99,25 @@ func (r *runner) trial(ctx context.Context, gpus []int) (err error) {
 	r.launched++
 	r.mu.Unlock()
 	return r.launch(ctx, t, gpus)
+}
+
+// cancelled reports whether err is the run's own cancellation (Ctrl-C)
+// seen by a storage call that takes ctx, rather than a failure.
+func cancelled(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err())
+}
+
+// interruptUnlaunched ends a trial that Ctrl-C stopped before its launch
+// as interrupted, queued to run again first, as a trial the interrupt
+// stops later is.
+func (r *runner) interruptUnlaunched(t *trialRun) error {
+	out := interrupted("interrupted before launch")
+	if _, _, err := r.store.InterruptTrial(t.id, out.State, out.Reason, out.Retry); err != nil {
+		return fmt.Errorf("trial %d: store its interruption: %w", t.number, err)
+	}
+	t.done = true
+	r.trialEvent(EventFinished, t.number, "%s", out.Line)
+	return nil
 }
 
 // errNothingQueued ends a worker that runs queued trials only (the

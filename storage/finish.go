@@ -34,7 +34,7 @@ type Finish struct {
 // goptuna.ErrTrialCannotBeUpdated and keeps what it had.
 func (s *Store) FinishTrial(trialID int, f Finish) error {
 	if !f.State.IsFinished() {
-		return fmt.Errorf("storage: finish trial %d with unfinished state %v", trialID, f.State)
+		return fmt.Errorf("storage: finish trial ID %d with unfinished state %v", trialID, f.State)
 	}
 	if f.Value != nil {
 		if err := checkValue(*f.Value); err != nil {
@@ -46,7 +46,7 @@ func (s *Store) FinishTrial(trialID int, f Finish) error {
 		return err
 	}
 	if f.Retry && f.State != goptuna.TrialStateFail {
-		return fmt.Errorf("storage: trial %d: a retried trial ends FAIL, not %s", trialID, name)
+		return fmt.Errorf("storage: trial ID %d: a retried trial ends FAIL, not %s", trialID, name)
 	}
 	return s.write(func(tx *txn) error {
 		if err := updatable(tx, trialID); err != nil {

@@ -629,7 +629,7 @@ func (s *Store) GetTrialParam(trialID int, name string) (float64, error) {
 		}
 		err := tx.QueryRow("SELECT value FROM trial_params WHERE trial_id = ? AND name = ?", trialID, name).Scan(&v)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("storage: trial %d has no param %q", trialID, name)
+			return fmt.Errorf("storage: trial ID %d has no param %q", trialID, name)
 		}
 		return err
 	})
@@ -805,14 +805,14 @@ func loadTrials(q queryer, where string, arg any) ([]goptuna.FrozenTrial, error)
 		if !ok {
 			if d, err = goptuna.JSONToDistribution([]byte(js)); err != nil {
 				rows.Close()
-				return nil, fmt.Errorf("storage: trial %d param %q: %w", id, name, err)
+				return nil, fmt.Errorf("storage: trial ID %d param %q: %w", id, name, err)
 			}
 			dists[js] = d
 		}
 		ext, err := goptuna.ToExternalRepresentation(d, v)
 		if err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("storage: trial %d param %q: %w", id, name, err)
+			return nil, fmt.Errorf("storage: trial ID %d param %q: %w", id, name, err)
 		}
 		t := &out[index[id]]
 		t.InternalParams[name] = v

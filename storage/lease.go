@@ -268,7 +268,7 @@ func (s *Store) ClaimLaunch(ctx context.Context, trialID, budget int) (ok bool, 
 		return nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("storage: claim launch of trial %d: %w", trialID, err)
+		return false, fmt.Errorf("storage: claim launch of trial ID %d: %w", trialID, err)
 	}
 	return ok, nil
 }
@@ -280,7 +280,7 @@ func (s *Store) ClaimLaunch(ctx context.Context, trialID, budget int) (ok bool, 
 func (s *Store) UncountLaunch(ctx context.Context, trialID int) error {
 	return s.writeCtx(ctx, func(tx *txn) error {
 		if err := updatable(tx, trialID); err != nil {
-			return fmt.Errorf("storage: uncount launch of trial %d: %w", trialID, err)
+			return fmt.Errorf("storage: uncount launch of trial ID %d: %w", trialID, err)
 		}
 		_, err := tx.Exec("UPDATE trials SET launch_ns = NULL WHERE trial_id = ?", trialID)
 		return err

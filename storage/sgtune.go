@@ -72,7 +72,7 @@ func insertPoints(tx *txn, trialID, seq int, pts []objective.Point) error {
 	for i, p := range pts {
 		js, err := json.Marshal(p)
 		if err != nil {
-			return fmt.Errorf("storage: point %d of trial %d: %w", i, trialID, err)
+			return fmt.Errorf("storage: point %d of trial ID %d: %w", i, trialID, err)
 		}
 		if _, err := stmt.Exec(trialID, seq+i, p.Phase, p.Concurrency, p.Repeat, p.Context, p.State, p.Status,
 			p.Requested, p.Issued, p.Completed, p.Failed, p.OutputTokens, finite(p.DurationS), finite(p.OutputTokS),
@@ -130,7 +130,7 @@ func loadPoints(q queryer, where string, arg any) (map[int][]objective.Point, er
 		}
 		var p objective.Point
 		if err := json.Unmarshal([]byte(js), &p); err != nil {
-			return nil, fmt.Errorf("storage: point of trial %d: %w", id, err)
+			return nil, fmt.Errorf("storage: point of trial ID %d: %w", id, err)
 		}
 		out[id] = append(out[id], p)
 	}
@@ -255,7 +255,7 @@ func (s *Store) KeepAlive(ctx context.Context, trialID int, interval time.Durati
 				if ctx.Err() != nil {
 					return nil
 				}
-				return fmt.Errorf("storage: heartbeat of trial %d: %w", trialID, err)
+				return fmt.Errorf("storage: heartbeat of trial ID %d: %w", trialID, err)
 			}
 		}
 	}
