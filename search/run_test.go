@@ -60,6 +60,8 @@ type fakeBackend struct {
 	outlier string
 	// stop, when set, is called as a server's Stop begins.
 	stop func(flags string)
+	// level, when set, is called as a level ends, before AfterLevel.
+	level func(flags string, conc int)
 }
 
 func (b *fakeBackend) Start(ctx context.Context, spec launcher.Spec) (Running, error) {
@@ -110,6 +112,9 @@ func (f *fakeRunning) Measure(ctx context.Context, w objective.Workload, opt obj
 		res.Points = append(res.Points, p)
 		res.Medians = objective.Medians(res.Points)
 		if opt.AfterLevel != nil && i < len(levels)-1 {
+			if f.b.level != nil {
+				f.b.level(f.flags, c)
+			}
 			if err := opt.AfterLevel(c, []objective.Point{p}); err != nil {
 				return res, fmt.Errorf("after concurrency %d: %w", c, err)
 			}
@@ -923,6 +928,9 @@ func (f *rerunRunning) Measure(ctx context.Context, w objective.Workload, opt ob
 		res.Points = append(res.Points, p)
 		res.Medians = objective.Medians(res.Points)
 		if opt.AfterLevel != nil && i < len(levels)-1 {
+			if f.b.level != nil {
+				f.b.level(f.flags, c)
+			}
 			if err := opt.AfterLevel(c, []objective.Point{p}); err != nil {
 				return res, fmt.Errorf("after concurrency %d: %w", c, err)
 			}
@@ -1386,4 +1394,43 @@ func brief(recs []Record) []string {
 		out[i] = fmt.Sprintf("%d:%s (%s)", r.Number, r.State, r.Reason)
 	}
 	return out
+}
+
+// TestPruneReadFailureIsNoFailedTrial: a storage read that fails as a
+// level decides on pruning (a database outage) ends the trial as a
+// storage failure: abandoned as interrupted, queued again, and the run's
+// error; the sampler is not told its config failed. It was stored failed
+// (class measurement) and told PRUNED: a healthy config blamed for the
+// outage.
+func TestPruneReadFailureIsNoFailedTrial(t *testing.T) {
+	st, store, _ := openFake(t, "concurrency: [4], requests: [4]", "concurrency: [1, 4], requests: [2, 4]",
+		"budget: {trials: 6, sampler: random, seed: 3, confirm: 0}", "budget: {trials: 6, sampler: random, seed: 3, confirm: 0, prune: {fraction: 0.9}}")
+	outage := errors.New("database unreachable")
+	old := levelRecords
+	t.Cleanup(func() { levelRecords = old })
+	levelRecords = func(StudyStore, string) ([]Record, error) { return nil, outage }
+	levels := 0
+	b := &fakeBackend{level: func(string, int) { levels++ }}
+	_, err, _ := runFake(t, context.Background(), st, store, b, 1)
+	if !errors.Is(err, outage) {
+		t.Fatalf("run error %v, want the storage failure", err)
+	}
+	if levels != 1 {
+		t.Fatalf("%d levels measured before the failed read, want 1", levels)
+	}
+	recs, err := Records(store, st.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 || recs[0].State != StateInterrupted || recs[0].FailureClass != "" || !strings.Contains(recs[0].Reason, outage.Error()) ||
+		recs[1].State != StateWaiting || recs[1].RetryOf == nil || *recs[1].RetryOf != recs[0].Number {
+		t.Fatalf("trials %v, want the first interrupted by the read and queued again", brief(recs))
+	}
+	ft, err := store.GetTrial(recs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ft.State != goptuna.TrialStateFail {
+		t.Errorf("the sampler sees trial 0 as %v, want FAIL (not a pruned config)", ft.State)
+	}
 }

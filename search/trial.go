@@ -597,7 +597,8 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 // measure observes the started server's facts, refuses one whose limits
 // the engine reduced (limits says why), and runs the workload, stopping it
 // early when a level shows the trial cannot come near the best (pruned
-// says why). ferr is a failure to store what was observed.
+// says why). ferr is a failure to store what was observed, or to read
+// what pruning compares with.
 func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs map[string]string) (res *objective.Result, merr error, limits, pruned string, ferr error) {
 	facts := srv.Facts()
 	fj, err := json.Marshal(facts)
@@ -642,9 +643,13 @@ func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs ma
 				// would pool as a 0 and decide the winner on noise.
 				return nil
 			}
-			recs, err := Records(r.store, r.st.Name)
+			recs, err := levelRecords(r.store, r.st.Name)
 			if err != nil {
-				return err
+				// The storage failed, not the config: the measurement
+				// stops and the trial is abandoned (queued again) like at
+				// any other storage failure, never stored as failed.
+				ferr = fmt.Errorf("trial %d: read the study's trials to decide whether to prune it: %w", t.number, err)
+				return ferr
 			}
 			why, kept := levelPrune(r.st.Budget.Prune, conc, pts, levelRefs(recs, conc))
 			if kept != "" {
@@ -657,11 +662,18 @@ func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs ma
 			return nil
 		},
 	})
+	if ferr != nil {
+		return res, merr, "", "", ferr
+	}
 	if pruned != "" && errors.Is(merr, errPruned) {
 		return res, merr, "", pruned, nil
 	}
 	return res, merr, "", "", nil
 }
+
+// levelRecords reads the trials a level's pruning compares with (Records;
+// a test makes it fail).
+var levelRecords = Records
 
 // record stores a launched trial's outcome in one transaction (an
 // interrupted one is queued again) and reports it.
