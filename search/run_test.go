@@ -1434,3 +1434,17 @@ func TestPruneReadFailureIsNoFailedTrial(t *testing.T) {
 		t.Errorf("the sampler sees trial 0 as %v, want FAIL (not a pruned config)", ft.State)
 	}
 }
+
+// TestAbandonFailureReported: a trial whose walk failed on the storage
+// (here closed as a level decides on pruning) and that could not even be
+// ended as interrupted (the trial stays running until another run takes
+// it over) says so in the run's error; the deferred abandon dropped that.
+func TestAbandonFailureReported(t *testing.T) {
+	st, store, _ := openFake(t, "concurrency: [4], requests: [4]", "concurrency: [1, 4], requests: [2, 4]",
+		"budget: {trials: 6, sampler: random, seed: 3, confirm: 0}", "budget: {trials: 6, sampler: random, seed: 3, confirm: 0, prune: {fraction: 0.9}}")
+	b := &fakeBackend{level: func(string, int) { store.Close() }}
+	_, err, _ := runFake(t, context.Background(), st, store, b, 1)
+	if err == nil || !strings.Contains(err.Error(), "decide whether to prune") || !strings.Contains(err.Error(), "mark the trial interrupted") {
+		t.Fatalf("run error %v, want the failed read and the failure to mark the trial interrupted", err)
+	}
+}

@@ -62,9 +62,10 @@ func (r *runner) trial(ctx context.Context, gpus []int) (err error) {
 	defer t.stopBeat()
 	defer func() {
 		// Whatever broke (a storage write, the sampler), the trial must not
-		// stay RUNNING: end it as interrupted with the reason, queued again.
+		// stay RUNNING: end it as interrupted with the reason, queued again
+		// (the error says when even that failed).
 		if err != nil && !t.done {
-			r.abandon(t, err)
+			err = r.abandon(t, err)
 		}
 	}()
 	if skip, err := r.screen(t); err != nil || skip {
@@ -89,10 +90,11 @@ func (r *runner) trial(ctx context.Context, gpus []int) (err error) {
 		return fmt.Errorf("trial %d: claim a launch: %w", t.number, err)
 	}
 	if !ok {
-		t.done = true
 		if _, _, err := r.store.InterruptTrial(t.id, StateUnlaunched, errBudgetTaken.Error(), false); err != nil {
-			return err
+			// Still unfinished: abandoned (above) as at any other failure.
+			return fmt.Errorf("trial %d: store that it was not launched: %w", t.number, err)
 		}
+		t.done = true
 		return errBudgetTaken
 	}
 	r.mu.Lock()
