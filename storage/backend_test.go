@@ -31,6 +31,7 @@ var suite = []struct {
 	{"Studies", testStudies},
 	{"EnsureStudy", testEnsureStudy},
 	{"ConcurrentFinish", testConcurrentFinish},
+	{"InterruptRerunAfterOtherEnded", testInterruptRerunAfterOtherEnded},
 	{"PointsRoundTrip", testPointsRoundTrip},
 	{"HeartbeatAndStale", testHeartbeatAndStale},
 	{"KeepAlive", testKeepAlive},

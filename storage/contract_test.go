@@ -1,7 +1,9 @@
 package storage
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"sync"
@@ -439,4 +441,69 @@ func testConcurrentFinish(t *testing.T, b *backend) {
 		}
 	}
 	t.Logf("%d trials ended by two racing processes: %v", trials, wins)
+}
+
+// testInterruptRerunAfterOtherEnded: InterruptTrial's transaction is
+// re-run after a retryable error (here a PostgreSQL deadlock with a
+// process that ends the trial meanwhile); the re-run finds the trial
+// ended and reports that it changed nothing (ended false, no retry), not
+// what the aborted attempt had set (ended true, retry ID -1): the caller
+// then reported a takeover it never made.
+func testInterruptRerunAfterOtherEnded(t *testing.T, b *backend) {
+	if b.d != dialectPostgres {
+		t.Skip("needs a retryable error inside the transaction, a PostgreSQL deadlock: SQLite's writers queue on one lock")
+	}
+	s := b.open(t)
+	study := mustStudy(t, s, "rerun", goptuna.StudyDirectionMaximize)
+	id := mustTrial(t, s, study)
+	ctx := context.Background()
+	// Another process holds the study's row (as numbering a trial does)...
+	other, err := s.wdb.BeginTx(ctx, nil)
+	must(t, err)
+	defer other.Rollback() //nolint:errcheck // committed below
+	// It checks for a deadlock long after InterruptTrial does, so that
+	// InterruptTrial is the one aborted (setting it takes a superuser, as
+	// the throwaway cluster's is; elsewhere the timing decides).
+	_, err = other.Exec("SAVEPOINT before_timeout")
+	must(t, err)
+	if _, err := other.Exec("SET LOCAL deadlock_timeout = '60s'"); err != nil {
+		_, err = other.Exec("ROLLBACK TO SAVEPOINT before_timeout")
+		must(t, err)
+	}
+	_, err = other.Exec(s.d.rebind("SELECT 1 FROM studies WHERE study_id = ? FOR UPDATE"), study)
+	must(t, err)
+	type result struct {
+		retryID int
+		ended   bool
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() { // ends once the deadlock is resolved
+		retryID, ended, err := s.InterruptTrial(id, "interrupted", "Ctrl-C", true)
+		done <- result{retryID, ended, err}
+	}()
+	// ... InterruptTrial locks the trial and waits for the study's row ...
+	eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
+		var n int
+		err := s.wdb.QueryRow(`SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'SELECT 1 FROM studies%'`).Scan(&n)
+		return err == nil && n > 0, fmt.Sprintf("InterruptTrial never waited for the study's row: %d waiting, %v", n, err)
+	})
+	// ... and the other process ends the trial, waiting for its row: a
+	// deadlock, which aborts InterruptTrial (it waited first).
+	_, err = other.Exec(s.d.rebind("UPDATE trials SET state = 'COMPLETE' WHERE trial_id = ?"), id)
+	if pgCode(err) == "40P01" {
+		t.Skipf("the other transaction was the deadlock's victim (its deadlock_timeout could not be raised): %v", err)
+	}
+	must(t, err)
+	must(t, other.Commit())
+	got := <-done
+	if got.err != nil || got.ended || got.retryID != 0 {
+		t.Fatalf("InterruptTrial of a trial another process ended = %d, %v, %v; want 0, false, nil", got.retryID, got.ended, got.err)
+	}
+	trials, err := s.GetAllTrials(study)
+	must(t, err)
+	if len(trials) != 1 || trials[0].State != goptuna.TrialStateComplete {
+		t.Errorf("trials %+v, want the one, complete", trials)
+	}
 }

@@ -90,6 +90,7 @@ func (s *Store) FinishTrial(trialID int, f Finish) error {
 // process took it over first).
 func (s *Store) InterruptTrial(trialID int, state, reason string, retry bool) (retryID int, ended bool, err error) {
 	err = s.write(func(tx *txn) error {
+		retryID, ended = 0, false // write may re-run this after a transient failure
 		st, err := trialState(tx, trialID)
 		if err != nil {
 			return err
