@@ -843,7 +843,9 @@ func (r *runner) setStudyJSON(key, what string, v any) error {
 }
 
 // studyUID returns the study's random id (from attrs, its system
-// attributes), creating it on first use.
+// attributes), creating it on first use: it tags the trials' server
+// processes (trialTag), names the confirmation lease and the log
+// directory, so every process on the study must use the same.
 func (r *runner) studyUID(attrs map[string]string) (string, error) {
 	if uid := attrs[storage.AttrUID]; uid != "" {
 		return uid, nil
@@ -852,8 +854,10 @@ func (r *runner) studyUID(attrs map[string]string) (string, error) {
 	if _, err := crand.Read(b); err != nil {
 		return "", err
 	}
-	uid := hex.EncodeToString(b)
-	if err := r.store.SetStudySystemAttr(r.study.ID, storage.AttrUID, uid); err != nil {
+	// Processes opening a new study at once all take the id the first
+	// of them stored.
+	uid, err := r.store.EnsureStudySystemAttr(r.study.ID, storage.AttrUID, hex.EncodeToString(b))
+	if err != nil {
 		return "", fmt.Errorf("write study attributes: %w", err)
 	}
 	return uid, nil

@@ -1448,3 +1448,43 @@ func TestAbandonFailureReported(t *testing.T) {
 		t.Fatalf("run error %v, want the failed read and the failure to mark the trial interrupted", err)
 	}
 }
+
+// TestStudyUIDRace: processes (store handles) opening a new study at once
+// all take one study id, which tags their servers, names the confirmation
+// lease and the log directory. Each kept the id it made when they raced.
+func TestStudyUIDRace(t *testing.T) {
+	const rounds, handles = 20, 4
+	for round := range rounds {
+		st, _, path := openFake(t)
+		uids := make([]string, handles)
+		errs := make([]error, handles)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range handles {
+			store, err := storage.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { store.Close() })
+			r, target, err := newRunner(Options{Study: st, Store: store, Backend: &fakeBackend{}, Getenv: func(string) string { return "" }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Go(func() {
+				<-start
+				errs[i] = r.open(context.Background(), target)
+				uids[i] = r.uid
+			})
+		}
+		close(start)
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		for _, uid := range uids {
+			if uid == "" || uid != uids[0] {
+				t.Fatalf("round %d: the processes took study ids %q, want one", round, uids)
+			}
+		}
+	}
+}

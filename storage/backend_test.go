@@ -30,6 +30,7 @@ var suite = []struct {
 	{"GetBestTrial", testGetBestTrial},
 	{"Studies", testStudies},
 	{"EnsureStudy", testEnsureStudy},
+	{"EnsureStudySystemAttr", testEnsureStudySystemAttr},
 	{"ConcurrentFinish", testConcurrentFinish},
 	{"InterruptRerunAfterOtherEnded", testInterruptRerunAfterOtherEnded},
 	{"PointsRoundTrip", testPointsRoundTrip},

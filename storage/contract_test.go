@@ -398,6 +398,66 @@ func testEnsureStudy(t *testing.T, b *backend) {
 	}
 }
 
+// EnsureStudySystemAttr stores a study attribute once: a value that is
+// there (not empty) is kept, and of processes (store handles) and
+// goroutines racing to set a new study's, every one gets the same value,
+// the one stored.
+func testEnsureStudySystemAttr(t *testing.T, b *backend) {
+	dsn := b.newDSN(t)
+	s := openDSN(t, dsn)
+	study := mustStudy(t, s, "attr", goptuna.StudyDirectionMaximize)
+	for _, tc := range []struct {
+		key         string
+		before      []string // the value stored first, if any
+		value, want string
+	}{
+		{"none stored", nil, "a", "a"},
+		{"one stored", []string{"b"}, "c", "b"},
+		{"an empty one stored", []string{""}, "d", "d"},
+	} {
+		for _, v := range tc.before {
+			must(t, s.SetStudySystemAttr(study, tc.key, v))
+		}
+		got, err := s.EnsureStudySystemAttr(study, tc.key, tc.value)
+		attrs, aerr := s.GetStudySystemAttrs(study)
+		must(t, aerr)
+		if err != nil || got != tc.want || attrs[tc.key] != tc.want {
+			t.Errorf("%s: EnsureStudySystemAttr(%q) = %q, %v, stored %q; want %q", tc.key, tc.value, got, err, attrs[tc.key], tc.want)
+		}
+	}
+	if _, err := s.EnsureStudySystemAttr(study+1000, "uid", "x"); !errors.Is(err, goptuna.ErrInvalidStudyID) {
+		t.Errorf("unknown study: %v, want ErrInvalidStudyID", err)
+	}
+
+	const rounds, handles, perHandle = 10, 3, 3
+	stores := []*Store{s}
+	for range handles - 1 {
+		stores = append(stores, openDSN(t, dsn))
+	}
+	for round := range rounds {
+		key := fmt.Sprintf("uid%d", round)
+		got := make([]string, handles*perHandle)
+		errs := make([]error, len(got))
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range got {
+			wg.Go(func() {
+				<-start
+				got[i], errs[i] = stores[i%handles].EnsureStudySystemAttr(study, key, fmt.Sprintf("v%d", i))
+			})
+		}
+		close(start)
+		wg.Wait()
+		attrs, err := s.GetStudySystemAttrs(study)
+		must(t, err)
+		for i := range got {
+			if errs[i] != nil || got[i] != attrs[key] {
+				t.Fatalf("round %d: racer %d got %q (%v), the study stores %q; racers got %q", round, i, got[i], errs[i], attrs[key], got)
+			}
+		}
+	}
+}
+
 // Two processes ending one trial at once (its owner completing it, a reaper
 // failing it): exactly one wins and the other gets ErrTrialCannotBeUpdated,
 // and the winner's state and attributes are what is stored.

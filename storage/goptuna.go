@@ -230,6 +230,37 @@ func (s *Store) SetStudySystemAttr(studyID int, key, value string) error {
 	return s.setStudyAttr(studyID, "system", key, value)
 }
 
+// EnsureStudySystemAttr returns the study's system attribute key, storing
+// value first when the study has none (or an empty one), in one
+// transaction: of processes that race to set it, every one gets the value
+// the first of them stored. SetStudySystemAttr after a read that found
+// none left each racer with its own value, the last one stored.
+func (s *Store) EnsureStudySystemAttr(studyID int, key, value string) (stored string, err error) {
+	if value == "" {
+		return "", fmt.Errorf("storage: study %s: empty value", key)
+	}
+	err = s.write(func(tx *txn) error {
+		stored = "" // write may re-run this after a transient failure
+		if err := studyExists(tx, studyID); err != nil {
+			return err
+		}
+		// A PostgreSQL transaction that loses the race waits for the
+		// winner's commit, changes nothing, and (READ COMMITTED) reads
+		// the winner's value in its next statement.
+		if _, err := tx.Exec(`INSERT INTO study_attrs(study_id, kind, key, value) VALUES (?, 'system', ?, ?)
+			ON CONFLICT(study_id, kind, key) DO UPDATE SET value = excluded.value WHERE study_attrs.value = ''`,
+			studyID, key, value); err != nil {
+			return err
+		}
+		return tx.QueryRow("SELECT value FROM study_attrs WHERE study_id = ? AND kind = 'system' AND key = ?",
+			studyID, key).Scan(&stored)
+	})
+	if err != nil {
+		return "", err
+	}
+	return stored, nil
+}
+
 // GetStudyIDFromName returns the ID of the named study, or an error wrapping
 // ErrStudyNotFound.
 func (s *Store) GetStudyIDFromName(name string) (int, error) {
