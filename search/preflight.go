@@ -24,6 +24,9 @@ type Preflight struct {
 	// SpaceSize is the number of distinct configs when the space was
 	// enumerated, else 0: once every one has a trial, the study is done.
 	SpaceSize int
+	// Invalid lists what makes the file unusable although it loaded: a
+	// sampler that cannot be built for its space.
+	Invalid []error
 	// Host lists what stops `sgtune run` on this machine although the file
 	// is valid (the engine command, the API key).
 	Host []error
@@ -45,6 +48,12 @@ func Check(st *space.Study, getenv func(string) string) Preflight {
 		lim.Track = []string{kind.ToolParserFlag}
 	}
 	p := Preflight{Survey: st.Survey(lim)}
+	// run builds the sampler only once the study is opened (its database
+	// and log directory written): one that cannot be built is refused
+	// here, where check sees it too.
+	if _, _, err := newSampler(st, nil, nil, nil); err != nil {
+		p.Invalid = append(p.Invalid, fmt.Errorf("%s: budget.sampler: %w", st.Path, err))
+	}
 	if p.Survey.Enumerated {
 		p.SpaceSize = p.Survey.Size
 	}
@@ -98,9 +107,13 @@ func (p *Preflight) NoFeasible() error {
 		sv.Study, scope, strings.Join(why, "; ")))
 }
 
-// Err is what stops `sgtune run`: no feasible config, or a problem of this
-// machine (bad input either way: nothing is written).
+// Err is what stops `sgtune run`: a file it cannot search, no feasible
+// config, or a problem of this machine (bad input either way: nothing is
+// written).
 func (p *Preflight) Err() error {
+	if len(p.Invalid) > 0 {
+		return errext.Bad(errors.Join(p.Invalid...))
+	}
 	if err := p.NoFeasible(); err != nil {
 		return err
 	}

@@ -1488,3 +1488,33 @@ func TestStudyUIDRace(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckRefusesUnbuildableSampler: a study whose sampler cannot be
+// built for its space is refused by the preflight (check and run's
+// Check), before run writes its database and logs: run refused it only
+// as it built the sampler. The loader refuses such files itself (with
+// their line); the preflight is the backstop that keeps check and run
+// agreeing on whatever else the sampler refuses.
+func TestCheckRefusesUnbuildableSampler(t *testing.T) {
+	for _, tc := range []struct {
+		name, sampler, want string
+	}{
+		{"grid over a continuous space", "grid", `budget.sampler: sampler "grid" needs a finite space`},
+		{"unknown sampler", "cmaes", `budget.sampler: unknown sampler "cmaes"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, _, _ := openFake(t, "{name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}",
+				"{name: mf, type: float, low: 0.7, high: 0.9, flag: --mem-fraction-static}")
+			st.Budget.Sampler = tc.sampler // past the loader's own check
+			p := Check(st, func(string) string { return "" })
+			err := p.Err()
+			if err == nil || !strings.Contains(err.Error(), tc.want) || errext.Code(err) != errext.BadInput {
+				t.Errorf("preflight error %v (exit %d), want bad input with %q", err, errext.Code(err), tc.want)
+			}
+		})
+	}
+	st, _, _ := openFake(t)
+	if p := Check(st, func(string) string { return "" }); p.Err() != nil || len(p.Invalid) > 0 {
+		t.Errorf("valid study: %v %v", p.Err(), p.Invalid)
+	}
+}

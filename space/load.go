@@ -1303,14 +1303,15 @@ func (d *dec) budget(st *Study, top *mapNode) {
 	if m.str("sampler", &b.Sampler) && !slices.Contains(Samplers, b.Sampler) {
 		m.failKey("sampler", "%q; valid: %s", b.Sampler, strings.Join(Samplers, ", "))
 	}
-	if b.Sampler == "bayes" {
-		// Thompson sampling scores every config of the space.
-		switch n, finite := st.Bound(); {
-		case !finite:
-			m.failKey("sampler", `"bayes" needs a finite space: give every float param a step, or use tpe`)
-		case n > float64(MaxBayesConfigs):
-			m.failKey("sampler", `"bayes" scores every config, and the space has up to %.0f (more than %d); use tpe`, n, MaxBayesConfigs)
-		}
+	// Thompson sampling scores every config of the space, and the grid
+	// proposes each in turn: both enumerate it. Refused here, a file
+	// that run cannot search is refused by check too, before anything is
+	// written.
+	switch n, finite := st.Bound(); {
+	case (b.Sampler == "bayes" || b.Sampler == "grid") && !finite:
+		m.failKey("sampler", `%q needs a finite space: give every float param a step, or use tpe (%s)`, b.Sampler, continuous(st))
+	case b.Sampler == "bayes" && n > float64(MaxBayesConfigs):
+		m.failKey("sampler", `"bayes" scores every config, and the space has up to %.0f (more than %d); use tpe`, n, MaxBayesConfigs)
 	}
 	var seed int
 	if m.int("seed", &seed) {
@@ -1329,6 +1330,24 @@ func (d *dec) budget(st *Study, top *mapNode) {
 	if b.Parallel < 1 {
 		b.Parallel = 1
 	}
+}
+
+// continuous says which params of st have no finite set of values (a
+// float without a step), for messages: "m has no step".
+func continuous(st *Study) string {
+	var names []string
+	for i := range st.Params {
+		if st.Params[i].values() == nil {
+			names = append(names, st.Params[i].Name)
+		}
+	}
+	switch len(names) {
+	case 0:
+		return "every param has a step"
+	case 1:
+		return names[0] + " has no step"
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1] + " have no step"
 }
 
 func (d *dec) launch(st *Study, top *mapNode) {

@@ -174,6 +174,8 @@ func TestLoadErrorTable(t *testing.T) {
 		{"sampler", base + "budget: {sampler: cmaes}\n", `budget.sampler: "cmaes"; valid: bayes, goptuna-tpe, grid, random, tpe, tpe-univariate`},
 		{"bayes continuous", base + "params:\n  - {name: m, type: float, low: 0.7, high: 0.9, flag: --mem-fraction-static}\nbudget: {sampler: bayes}\n",
 			`budget.sampler: "bayes" needs a finite space: give every float param a step, or use tpe`},
+		{"grid continuous", base + "params:\n  - {name: m, type: float, low: 0.7, high: 0.9, flag: --mem-fraction-static}\n  - {name: t, type: float, low: 0.1, high: 0.5, log: true, flag: --schedule-conservativeness}\nbudget: {sampler: grid}\n",
+			`t.yaml:9:19: budget.sampler: "grid" needs a finite space: give every float param a step, or use tpe (m and t have no step)`},
 		{"bayes huge", base + "params:\n  - {name: a, type: int, low: 1, high: 1000, flag: --max-running-requests}\n  - {name: b, type: int, low: 1, high: 1000, flag: --cuda-graph-max-bs}\nbudget: {sampler: bayes}\n",
 			`budget.sampler: "bayes" scores every config, and the space has up to 1000000 (more than 200000); use tpe`},
 		{"trials", base + "budget: {trials: 0}\n", "budget.trials: 0; valid: an integer >= 1"},

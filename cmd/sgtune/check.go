@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -157,8 +158,7 @@ feasible (sgtune run would refuse it). Warnings about this machine (engine
 command not on PATH, API key unset or unreadable) do not change the exit code.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := space.Load(args[0])
-			if err != nil {
+			invalid := func(err error) error {
 				if asJSON {
 					// The document says the file is invalid and why, one
 					// problem per entry, as the text does per line.
@@ -172,7 +172,15 @@ command not on PATH, API key unset or unreadable) do not change the exit code.`,
 				}
 				return badInput(err)
 			}
+			st, err := space.Load(args[0])
+			if err != nil {
+				return invalid(err)
+			}
 			pre := search.Check(st, a.getenv)
+			if len(pre.Invalid) > 0 {
+				// run refuses it (pre.Err) before writing anything.
+				return invalid(errors.Join(pre.Invalid...))
+			}
 			sv := pre.Survey
 			if asJSON {
 				enc := json.NewEncoder(a.stdout)

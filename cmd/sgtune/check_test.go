@@ -75,11 +75,18 @@ func TestCheckBadInput(t *testing.T) {
 	if err := os.WriteFile(two, []byte("name: x\nengine: {name: sglang, command: sglang serve}\nmodel: m\n---\nname: second\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// run refused it only as it built the sampler, after writing files.
+	grid := filepath.Join(dir, "grid.yaml")
+	if err := os.WriteFile(grid, []byte("name: x\nengine: {name: sglang, command: sglang serve}\nmodel: m\n"+
+		"params: [{name: m, type: float, low: 0.7, high: 0.9, flag: --mem-fraction-static}]\nbudget: {sampler: grid}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		args []string
 		want string
 	}{
 		{[]string{bad}, "bad.yaml:4:9: fixed.--mem-fraction-statc: unknown flag --mem-fraction-statc (did you mean --mem-fraction-static?)"},
+		{[]string{grid}, `grid.yaml:5:19: budget.sampler: "grid" needs a finite space: give every float param a step, or use tpe (m has no step)`},
 		{[]string{two}, "two.yaml:4:1: a second YAML document starts here; a study file holds one document"},
 		{[]string{"../../testdata/studies/bad/wrong-type.yaml"}, "wrong-type.yaml:7:14: gpus.per_trial"},
 		{[]string{filepath.Join(dir, "missing.yaml")}, "no such file"},
@@ -94,7 +101,7 @@ func TestCheckBadInput(t *testing.T) {
 			t.Errorf("%v: output lacks %q:\n%s", tt.args, tt.want, out)
 		}
 	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+	if entries, _ := os.ReadDir(dir); len(entries) != 3 {
 		t.Errorf("check wrote files: %v", entries)
 	}
 }

@@ -202,6 +202,10 @@ func TestBadInputWritesNothing(t *testing.T) {
 		// Every config needs 4 GPUs; trials get 1.
 		"no feasible config": "name: x\nmodel: m\nengine: {command: \"true\"}\nfixed: {--tp-size: 4}\n" +
 			"params: [{name: a, type: bool, values: {false: --disable-radix-cache}}]\n",
+		// check said valid; run refused it building the sampler, after
+		// creating the database and sgtune-logs/.
+		"grid over a continuous space": "name: x\nmodel: m\nengine: {command: \"true\"}\n" +
+			"params: [{name: m, type: float, low: 0.7, high: 0.9, flag: --mem-fraction-static}]\nbudget: {sampler: grid}\n",
 	}
 	for name, body := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -212,6 +216,9 @@ func TestBadInputWritesNothing(t *testing.T) {
 			}
 			if _, err := os.Stat(db); !os.IsNotExist(err) {
 				t.Errorf("bad input created %s", db)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "sgtune-logs")); !os.IsNotExist(err) {
+				t.Errorf("bad input created %s", filepath.Join(dir, "sgtune-logs"))
 			}
 		})
 	}
