@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sgtune/sgtune/errext"
+	"github.com/sgtune/sgtune/objective"
 	"github.com/sgtune/sgtune/search"
 	"github.com/sgtune/sgtune/shell"
 	"github.com/sgtune/sgtune/space"
@@ -69,8 +70,10 @@ starting new trials after the given time; the trial in flight finishes.`,
 			}
 			defer store.Close()
 
-			ctx, stop := context.WithCancel(cmd.Context())
-			defer stop()
+			// Ctrl-C cancels the run with objective.ErrInterrupted as the
+			// cause (see interruptible), as sgtune bench does.
+			ctx, stop, cancel := interruptible(cmd.Context())
+			defer cancel()
 			abort := make(chan struct{})
 			watchDone := make(chan struct{})
 			defer close(watchDone)
@@ -98,10 +101,21 @@ starting new trials after the given time; the trial in flight finishes.`,
 	return cmd
 }
 
-// watchSignals cancels the run on the first interrupt, closes abort on the
-// second and exits on the third; say prints what it does (below a live
-// status line, not onto it).
-func (a *app) watchSignals(stop context.CancelFunc, abort chan struct{}, done <-chan struct{}, say func(string)) {
+// interruptible returns the context of a run or worker, the func that
+// cancels it for the first Ctrl-C and the one that releases it when the
+// command ends. An interrupt's cause is objective.ErrInterrupted, so that
+// the load generator marks the point it cuts short interrupted and its
+// cut requests neither completed nor failed (a plain cancel reads as a
+// failure: the point and its requests were stored failed).
+func interruptible(parent context.Context) (ctx context.Context, interrupt, cancel func()) {
+	ctx, cause := context.WithCancelCause(parent)
+	return ctx, func() { cause(objective.ErrInterrupted) }, func() { cause(nil) }
+}
+
+// watchSignals cancels the run on the first interrupt (stop), closes abort
+// on the second and exits on the third; say prints what it does (below a
+// live status line, not onto it).
+func (a *app) watchSignals(stop func(), abort chan struct{}, done <-chan struct{}, say func(string)) {
 	if a.interrupts == nil {
 		return
 	}

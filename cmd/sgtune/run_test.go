@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sgtune/sgtune/objective"
 	"github.com/sgtune/sgtune/objective/fakesse"
 	"github.com/sgtune/sgtune/search"
 	"github.com/sgtune/sgtune/shell"
@@ -865,5 +866,76 @@ func TestReadCommand(t *testing.T) {
 	a := &app{getenv: func(string) string { return "" }}
 	if got, want := a.readCommand(st, "sgtune.db", "rescore"), " --study rescore"; got != want {
 		t.Errorf("two studies: %q, want %q", got, want)
+	}
+}
+
+// TestInterruptCutsRequestsNotFails: Ctrl-C during a level's requests
+// stores the point it cuts short as interrupted and its cut requests as
+// neither completed nor failed, as sgtune bench does: run's context is
+// cancelled with objective.ErrInterrupted as the cause. With a plain
+// cancel the load generator took the interrupt for a failure: the point
+// was stored failed, with its requests failed ("context canceled").
+func TestInterruptCutsRequestsNotFails(t *testing.T) {
+	buildBins(t, "sglang-sim")
+	dir := t.TempDir()
+	// Long answers keep the level's requests in flight when Ctrl-C comes.
+	body := strings.Replace(studyYAML("cut", 20, fmt.Sprintf(twoParams, 1)), "max_tokens: 32", "max_tokens: 4000", 1)
+	study := writeFile(t, dir, "s.yaml", body)
+	db := filepath.Join(dir, "s.db")
+	sig := make(chan os.Signal, 1)
+	w := &lineWatch{pattern: "trial 0   C8 r1", hit: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-w.hit:
+			time.Sleep(300 * time.Millisecond)
+			sig <- syscall.SIGINT
+		case <-time.After(2 * time.Minute):
+		}
+	}()
+	code, out := cli(t, sig, w, "run", study, "--storage", db)
+	<-done
+	if code != exitInterrupted {
+		t.Fatalf("interrupted run: exit %d, want %d\n%s", code, exitInterrupted, out)
+	}
+	store, err := storage.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	id, err := store.GetStudyIDFromName("cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trials, err := store.GetAllTrials(id)
+	if err != nil || len(trials) == 0 {
+		t.Fatalf("trials %v %v", trials, err)
+	}
+	pts, err := store.Points(trials[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs, err := store.Requests(trials[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := false
+	for _, p := range pts {
+		if p.Concurrency != 8 {
+			continue
+		}
+		if p.State != objective.StateInterrupted || p.Failed != 0 || p.Cut == 0 {
+			t.Errorf("point C%d r%d cut short by Ctrl-C: state %q, %d failed, %d cut; want interrupted, 0 failed", p.Concurrency, p.Repeat, p.State, p.Failed, p.Cut)
+		}
+		cut = true
+	}
+	if !cut {
+		t.Fatalf("no C8 point stored for the interrupted trial: %+v\n%s", pts, out)
+	}
+	for _, q := range reqs {
+		if strings.Contains(q.Error, "context canceled") {
+			t.Errorf("request C%d #%d stored failed with %q", q.Concurrency, q.Index, q.Error)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -66,8 +65,10 @@ are plain text, one per event.`,
 				return badInput(fmt.Errorf("--log-dir: %w", err))
 			}
 
-			ctx, stop := context.WithCancel(cmd.Context())
-			defer stop()
+			// Ctrl-C cancels the run with objective.ErrInterrupted as the
+			// cause (see interruptible), as sgtune bench does.
+			ctx, stop, cancel := interruptible(cmd.Context())
+			defer cancel()
 			abort := make(chan struct{})
 			watchDone := make(chan struct{})
 			defer close(watchDone)
