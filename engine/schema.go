@@ -299,12 +299,27 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
+// ValueError is a value a flag does not take: the flag is known and
+// written right, the value is what is wrong (a study blames the value's
+// place in the file, not the flag's).
+type ValueError struct {
+	Flag  string // canonical name
+	Value string
+	msg   string
+}
+
+func (e *ValueError) Error() string { return e.msg }
+
+func (f *FlagSpec) valueError(v, format string, args ...any) error {
+	return &ValueError{Flag: f.Name, Value: v, msg: fmt.Sprintf(format, args...)}
+}
+
 // ValidateValue checks one value of the flag; it returns what is wrong and
-// what is valid.
+// what is valid, as a *ValueError.
 func (f *FlagSpec) ValidateValue(v string) error {
 	switch f.Type {
 	case "bool":
-		return fmt.Errorf("%s is a switch and takes no value (got %q)", f.Name, v)
+		return f.valueError(v, "%s is a switch and takes no value (got %q)", f.Name, v)
 	case "int":
 		n, err := parseHumanInt(v, f.HumanReadable)
 		if err != nil {
@@ -312,15 +327,15 @@ func (f *FlagSpec) ValidateValue(v string) error {
 			if f.HumanReadable {
 				valid += " (16k, 1Ki accepted)"
 			}
-			return fmt.Errorf("%s %q is not an integer; valid: %s", f.Name, v, valid)
+			return f.valueError(v, "%s %q is not an integer; valid: %s", f.Name, v, valid)
 		}
-		return f.checkRange(float64(n))
+		return f.checkRange(v, float64(n))
 	case "float":
 		x, err := strconv.ParseFloat(v, 64)
 		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
-			return fmt.Errorf("%s %q is not a number; valid: a decimal number", f.Name, v)
+			return f.valueError(v, "%s %q is not a number; valid: a decimal number", f.Name, v)
 		}
-		return f.checkRange(x)
+		return f.checkRange(v, x)
 	}
 	if len(f.Choices) > 0 {
 		for _, c := range f.Choices {
@@ -328,18 +343,18 @@ func (f *FlagSpec) ValidateValue(v string) error {
 				return nil
 			}
 		}
-		return fmt.Errorf("%s %q is not a valid choice (did you mean %s?); valid: %s",
+		return f.valueError(v, "%s %q is not a valid choice (did you mean %s?); valid: %s",
 			f.Name, v, Nearest(v, f.Choices), strings.Join(f.Choices, ", "))
 	}
 	return nil
 }
 
-func (f *FlagSpec) checkRange(x float64) error {
+func (f *FlagSpec) checkRange(v string, x float64) error {
 	if f.Min != nil && x < *f.Min {
-		return fmt.Errorf("%s %v is below %v; valid: >= %v", f.Name, x, *f.Min, *f.Min)
+		return f.valueError(v, "%s %v is below %v; valid: >= %v", f.Name, x, *f.Min, *f.Min)
 	}
 	if f.Max != nil && x > *f.Max {
-		return fmt.Errorf("%s %v is above %v; valid: <= %v", f.Name, x, *f.Max, *f.Max)
+		return f.valueError(v, "%s %v is above %v; valid: <= %v", f.Name, x, *f.Max, *f.Max)
 	}
 	return nil
 }

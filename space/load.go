@@ -846,11 +846,22 @@ func (d *dec) paramMapping(st *Study, p *Param, m *mapNode, validate bool) {
 			p.switchWords = map[string][]string{"true": spec.SwitchWords(true), "false": spec.SwitchWords(false)}
 		}
 	}
+	valueAt := d.valueNodes(p, m)
 	for _, v := range d.sampleValues(p) {
 		words, err := p.emit(v)
 		if err != nil {
 			m.failKey(p.mappingKey(v), "%v", err)
 			continue
+		}
+		// A value the flag does not take is wrong where the value is
+		// written (high: 1.2, an item of choices), not at the flag: the
+		// flag's rule is in the message.
+		if at, ok := valueAt[v]; ok && p.mappingKey(v) != "values" {
+			var ve *engine.ValueError
+			if _, err := st.Schema.ParseArgv(words); errors.As(err, &ve) && strings.Contains(ve.Value, v) {
+				d.fail(at.node, at.path, "%v", err)
+				continue
+			}
 		}
 		if args := d.checkFlagTokens(st, m.at(p.mappingKey(v)), m.path+"."+p.mappingKey(v), words, nil); args != nil {
 			for _, a := range args {
@@ -863,6 +874,39 @@ func (d *dec) paramMapping(st *Study, p *Param, m *mapNode, validate bool) {
 			return
 		}
 	}
+}
+
+// valueNodes are where the values sampleValues lists are written: an int
+// or float param's low and high, each choice of a categorical one (a bool
+// param's true and false are written nowhere).
+func (d *dec) valueNodes(p *Param, m *mapNode) map[string]flagNode {
+	out := map[string]flagNode{}
+	add := func(v string, n *yaml.Node, path string) {
+		if _, dup := out[v]; !dup && n != nil {
+			out[v] = flagNode{n, path}
+		}
+	}
+	switch p.Type {
+	case "int":
+		add(strconv.Itoa(int(p.Low)), m.node("low"), m.path+".low")
+		add(strconv.Itoa(int(p.High)), m.node("high"), m.path+".high")
+	case "float":
+		add(formatFloat(p.Low, p.Step), m.node("low"), m.path+".low")
+		add(formatFloat(p.High, p.Step), m.node("high"), m.path+".high")
+	case "categorical":
+		if cn := m.node("choices"); cn != nil && cn.Kind == yaml.SequenceNode {
+			for j, c := range cn.Content {
+				if c := deref(c); c != nil && c.Kind == yaml.ScalarNode {
+					v := c.Value
+					if c.ShortTag() == "!!bool" {
+						v, _ = d.scalarString(c, "")
+					}
+					add(v, c, fmt.Sprintf("%s.choices[%d]", m.path, j))
+				}
+			}
+		}
+	}
+	return out
 }
 
 // mappingKey names the field an emitted value came from, for messages.

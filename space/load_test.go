@@ -19,7 +19,7 @@ func TestLoadBadFiles(t *testing.T) {
 		{"bad-yaml.yaml", []string{"bad-yaml.yaml:", "bad YAML"}},
 		{"unknown-field.yaml", []string{"unknown-field.yaml:9:5: params[ep].choises: unknown field (did you mean choices?)"}},
 		{"wrong-type.yaml", []string{"wrong-type.yaml:7:14: gpus.per_trial: got \"four\"; valid: an integer"}},
-		{"out-of-range.yaml", []string{"out-of-range.yaml:11:11: params[mem_fraction].flag: --mem-fraction-static 1.5 is above 1; valid: <= 1"}},
+		{"out-of-range.yaml", []string{"out-of-range.yaml:10:11: params[mem_fraction].high: --mem-fraction-static 1.5 is above 1; valid: <= 1"}},
 		{"unknown-flag.yaml", []string{"unknown-flag.yaml:8:3: fixed.--mem-fraction-statc: unknown flag --mem-fraction-statc (did you mean --mem-fraction-static?)"}},
 		{"bad-workload.yaml", []string{
 			"bad-workload.yaml:10:15: workload.chat.requests: 2 counts for 3 concurrency levels; valid: one count per level",
@@ -121,6 +121,18 @@ func TestLoadErrorTable(t *testing.T) {
 		{"bad name", base + "params:\n  - {name: Ep, type: bool}\n", `params[Ep].name: "Ep"; valid: a lower-case identifier`},
 		{"reserved name", base + "params:\n  - {name: min, type: bool}\n", `params[min].name: "min"; valid`},
 		{"dup name", base + "params:\n  - {name: a, type: bool}\n  - {name: a, type: bool}\n", `params[a].name: "a" used twice`},
+		// A value the flag does not take is blamed where the value is
+		// written, not at the flag: line, column and field of the value.
+		{"range high beyond the flag", base + "params:\n  - name: mf\n    type: float\n    low: 0.5\n    high: 1.20\n    flag: --mem-fraction-static\n",
+			"t.yaml:10:11: params[mf].high: --mem-fraction-static 1.2 is above 1; valid: <= 1"},
+		{"range low below the flag", base + "params:\n  - name: mf\n    type: float\n    low: 0.0\n    high: 0.9\n    flag: --mem-fraction-static\n",
+			"t.yaml:9:10: params[mf].low: --mem-fraction-static 0 is below 0.01; valid: >= 0.01"},
+		{"int range through a template", base + "params:\n  - {name: r, type: int, low: 0, high: 8, template: '--max-running-requests={value}'}\n",
+			"t.yaml:7:31: params[r].low: --max-running-requests 0 is below 1; valid: >= 1"},
+		{"choice the flag does not take", base + "params:\n  - name: chunk\n    type: categorical\n    choices: [2048, 4k, big]\n    flag: --chunked-prefill-size\n",
+			`t.yaml:9:21: params[chunk].choices[1]: --chunked-prefill-size "4k" is not an integer; valid: an integer`},
+		{"choice item in a block list", base + "params:\n  - name: kv\n    type: categorical\n    choices:\n      - auto\n      - fp9\n    flags: [--kv-cache-dtype]\n",
+			`t.yaml:11:9: params[kv].choices[1]: --kv-cache-dtype "fp9" is not a valid choice`},
 		{"choices int flag", base + "params:\n  - {name: ep, type: categorical, choices: [1, x], flag: --ep-size}\n", `--ep-size "x" is not an integer`},
 		{"choice flag choices", base + "params:\n  - {name: kv, type: categorical, choices: [auto, fp9], flag: --kv-cache-dtype}\n", `--kv-cache-dtype "fp9" is not a valid choice`},
 		{"bool on value flag", base + "params:\n  - {name: ep, type: bool, flag: --ep-size}\n", "params[ep].flag: --ep-size takes a value"},
