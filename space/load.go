@@ -161,6 +161,7 @@ func (d *dec) study(st *Study, root *yaml.Node) {
 	d.params(st, m)
 	d.derived(st, m)
 	d.constraints(st, m)
+	d.sharedFlags(st) // after constraints: one may keep two params apart
 	st.OnLimitsReduced = "reject"
 	if m.str("on_limits_reduced", &st.OnLimitsReduced) && st.OnLimitsReduced != "reject" && st.OnLimitsReduced != "accept" {
 		m.failKey("on_limits_reduced", "%q; valid: reject (default) or accept", st.OnLimitsReduced)
@@ -694,6 +695,7 @@ func (d *dec) params(st *Study, top *mapNode) {
 		}
 		names[p.Name] = true
 		st.Params = append(st.Params, p)
+		d.emitted = append(d.emitted, d.emittedFlags(st, &st.Params[len(st.Params)-1], m))
 	}
 }
 

@@ -167,6 +167,27 @@ func TestLoadErrorTable(t *testing.T) {
 		// A switch with no negation fixed false writes nothing, and is fixed.
 		{"fixed false, param", base + "fixed: {--enable-metrics: false}\nparams:\n  - {name: m, type: bool, flag: --enable-metrics}\n",
 			"params[m].flag: --enable-metrics is also fixed: fixed.--enable-metrics is false, which writes nothing; valid: search it or fix it, not both"},
+		// Two params that emit one flag are an error at the second's flag,
+		// naming the first (each config would emit the flag twice).
+		{"two params one flag", base + "params:\n  - {name: a, type: categorical, choices: [2048, 4096], flag: --chunked-prefill-size}\n  - {name: b, type: int, low: 1024, high: 8192, step: 1024, flag: --chunked-prefill-size}\n",
+			"t.yaml:8:67: params[b].flag: --chunked-prefill-size is also params[a]'s flag; valid: one param per flag"},
+		{"two params one flag, other types", base + "params:\n  - {name: a, type: float, low: 0.5, high: 0.9, flag: --mem-fraction-static}\n  - {name: b, type: categorical, choices: [fcfs, lpm], flag: --mem-fraction-static}\n",
+			"t.yaml:8:62: params[b].flag: --mem-fraction-static is also params[a]'s flag"},
+		{"flag in another param's values", base + "params:\n  - {name: a, type: categorical, choices: [2048, 4096], flag: --chunked-prefill-size}\n  - {name: b, type: bool, values: {true: --chunked-prefill-size -1}}\n",
+			"t.yaml:8:42: params[b].values.true: --chunked-prefill-size is also params[a]'s flag"},
+		{"values of two params", base + "params:\n  - {name: c, type: categorical, choices: [x, y], values: {x: --chunked-prefill-size 4096, y: ''}}\n" +
+			"  - {name: d, type: bool, values: {true: --chunked-prefill-size 8192, false: ''}}\nconstraints: [\"c == 'x' or not d or gpus_per_trial == 1\"]\n",
+			"t.yaml:8:42: params[d].values.true: --chunked-prefill-size is also written by params[c].values.x"},
+		{"flags item", base + "params:\n  - {name: a, type: int, low: 1, high: 4, flag: --ep-size}\n  - {name: b, type: int, low: 1, high: 4, flags: [--tp-size, --ep]}\n",
+			"t.yaml:8:62: params[b].flags[1]: --ep is also params[a]'s flag (as --ep-size)"},
+		// vLLM's --NAME and --no-NAME set one switch: two params writing
+		// them are two params on one setting.
+		{"vllm one switch, two params", vllmBase + "params:\n  - {name: a, type: bool, values: {true: --enable-prefix-caching, false: ''}}\n  - {name: b, type: bool, values: {true: --no-enable-prefix-caching, false: ''}}\n",
+			"t.yaml:10:42: params[b].values.true: --no-enable-prefix-caching is also written by params[a].values.true (as --enable-prefix-caching)"},
+		{"shared flag, conditions that can hold together", base + compareParams +
+			"  - {name: s1, type: int, low: 1, high: 3, flag: --speculative-num-steps, when: speculative == 'EAGLE'}\n" +
+			"  - {name: s2, type: int, low: 2, high: 4, flag: --speculative-num-steps, when: ep == 4}\n",
+			"t.yaml:14:50: params[s2].flag: --speculative-num-steps is also params[s1]'s flag"},
 		{"gpus group size", base + "gpus: {per_trial: 2, groups: [[0, 1], [2]]}\n", "gpus.groups[1]: 1 GPUs; valid: exactly gpus.per_trial = 2"},
 		{"gpus overlap", base + "gpus: {per_trial: 1, groups: [[0], [0]]}\n", "GPU 0 is in two groups"},
 		{"kind", base + "workload: {kind: soak}\n", `workload.kind: "soak"; valid: chat or matrix`},
@@ -261,6 +282,37 @@ func TestLoadErrorTable(t *testing.T) {
 				if !strings.HasPrefix(line, "t.yaml:") {
 					t.Errorf("line %q is not file:line:col: ...", line)
 				}
+			}
+		})
+	}
+}
+
+// Params that share a flag load when no config has both active with
+// values that emit it: exclusive when: conditions, or values that write
+// the flag only where the other param is off.
+func TestLoadSharedFlagExclusive(t *testing.T) {
+	for name, params := range map[string]string{
+		"exclusive branches": "  - {name: s1, type: int, low: 1, high: 3, flag: --speculative-num-steps, when: speculative == 'EAGLE'}\n" +
+			"  - {name: s2, type: int, low: 2, high: 4, flag: --speculative-num-steps, when: speculative == 'none'}\n",
+		"negated condition": "  - {name: s1, type: int, low: 1, high: 3, flag: --speculative-num-steps, when: radix}\n" +
+			"  - {name: s2, type: int, low: 2, high: 4, flag: --speculative-num-steps, when: not radix}\n",
+		"the other's value": "  - {name: c, type: categorical, choices: [on, off], values: {on: --chunked-prefill-size 4096, off: ''}}\n" +
+			"  - {name: s, type: int, low: 1024, high: 2048, step: 1024, flag: --chunked-prefill-size, when: c == 'off'}\n",
+		"a constraint": "  - {name: c, type: categorical, choices: [x, y], values: {x: --chunked-prefill-size 4096, y: ''}}\n" +
+			"  - {name: d, type: bool, values: {true: --chunked-prefill-size 8192, false: ''}}\n" +
+			"constraints: [\"not (c == 'x' and d)\"]\n",
+		// Not decided at load (a continuous param's ranges): the survey
+		// rejects configs that emit it twice, if any.
+		"continuous condition": "  - {name: mfc, type: float, low: 0.7, high: 0.9}\n" +
+			"  - {name: s1, type: int, low: 1, high: 3, flag: --speculative-num-steps, when: mfc < 0.8}\n" +
+			"  - {name: s2, type: int, low: 2, high: 4, flag: --speculative-num-steps, when: mfc >= 0.8}\n",
+		"nested conditions": "  - {name: s1, type: int, low: 1, high: 3, flag: --speculative-num-steps, when: speculative == 'EAGLE'}\n" +
+			"  - {name: t, type: bool, values: {false: --disable-cuda-graph}, when: speculative == 'none'}\n" +
+			"  - {name: s2, type: int, low: 2, high: 4, flag: --speculative-num-steps, when: t}\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := Parse("t.yaml", []byte(base+compareParams+params)); err != nil {
+				t.Error(err)
 			}
 		})
 	}

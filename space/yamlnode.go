@@ -56,6 +56,10 @@ type dec struct {
 	file  string
 	lines []string // the file's lines, to place errors inside a scalar
 	errs  []*FieldError
+
+	// emitted holds each param's flags, in st.Params order, for
+	// sharedFlags.
+	emitted []map[string]*emittedFlag
 }
 
 func (d *dec) failAt(line, col int, path, format string, args ...any) {

@@ -1,0 +1,303 @@
+package space
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sgtune/sgtune/engine"
+)
+
+// A flag two params emit is emitted twice by every config that has both
+// active with such values, and the engine takes one of the two: each such
+// config would be rejected at survey time naming neither param. Two params
+// may share a flag when no config has both writing it: their when:
+// conditions never hold together (one param written per branch), or a
+// constraint rejects those configs. That is decided here by enumerating
+// the params the conditions and those constraints read, and left to the
+// survey when one of them is continuous or there are too many
+// combinations.
+
+// maxShareCombos bounds the combinations enumerated to decide whether two
+// params sharing a flag can be active together.
+const maxShareCombos = 100000
+
+// emittedFlag is where a param writes one flag: the field the flag text is
+// in and the values that emit it.
+type emittedFlag struct {
+	at      flagNode
+	written string          // the flag as written there
+	values  map[string]bool // values (as text) that emit it
+}
+
+// emittedFlags lists the flags a param emits, by the setting they write
+// (engine.FlagSpec.Setting: the canonical name, or --NAME for vLLM's
+// --no-NAME), with where each is written: its flag, flags item, template or values entry. Values
+// that do not parse still name their flags (a param whose values its flag
+// does not take is most often one given another param's flag by mistake).
+func (d *dec) emittedFlags(st *Study, p *Param, m *mapNode) map[string]*emittedFlag {
+	out := map[string]*emittedFlag{}
+	vals := d.sampleValues(p)
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range p.Values {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		if !slices.Contains(vals, k) {
+			vals = append(vals, k)
+		}
+	}
+	for _, v := range vals {
+		words, err := p.emit(v)
+		if err != nil {
+			continue
+		}
+		for _, w := range flagWords(st.Schema, words) {
+			spec, _ := st.Schema.Lookup(w)
+			e := out[spec.Setting()]
+			if e == nil {
+				e = &emittedFlag{at: d.flagSite(p, m, v, w), written: w, values: map[string]bool{}}
+				out[spec.Setting()] = e
+			}
+			e.values[v] = true
+		}
+	}
+	return out
+}
+
+// flagWords are the words of argv that name a flag of the schema (the name
+// part of --flag=value).
+func flagWords(s *engine.FlagSchema, argv []string) []string {
+	var out []string
+	for _, w := range argv {
+		if !strings.HasPrefix(w, "-") {
+			continue
+		}
+		name, _, _ := strings.Cut(w, "=")
+		if _, ok := s.Lookup(name); ok {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// flagSite is the field of p that writes flag w for value v.
+func (d *dec) flagSite(p *Param, m *mapNode, v, w string) flagNode {
+	if _, ok := p.Values[v]; ok {
+		if vn := m.node("values"); vn != nil && vn.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(vn.Content); i += 2 {
+				if k := deref(vn.Content[i]); k != nil && k.Kind == yaml.ScalarNode && scalarText(k) == v {
+					return flagNode{deref(vn.Content[i+1]), m.path + ".values." + v}
+				}
+			}
+		}
+		return flagNode{m.at("values"), m.path + ".values"}
+	}
+	switch {
+	case p.Template != "":
+		return flagNode{m.at("template"), m.path + ".template"}
+	case len(p.Flags) > 0:
+		if fn := m.node("flags"); fn != nil && fn.Kind == yaml.SequenceNode {
+			for j, c := range fn.Content {
+				if c := deref(c); c != nil && c.Kind == yaml.ScalarNode && c.Value == w {
+					return flagNode{c, fmt.Sprintf("%s.flags[%d]", m.path, j)}
+				}
+			}
+		}
+		return flagNode{m.at("flags"), m.path + ".flags"}
+	}
+	return flagNode{m.at("flag"), m.path + ".flag"}
+}
+
+// scalarText is a scalar's text as a param value: booleans spelled true or
+// false, whatever their YAML spelling.
+func scalarText(n *yaml.Node) string {
+	if n.ShortTag() == "!!bool" {
+		var b bool
+		if n.Decode(&b) == nil {
+			return fmt.Sprint(b)
+		}
+	}
+	return n.Value
+}
+
+// sharedFlags reports each param that emits a flag an earlier param emits
+// too, when some config has both active with values that emit it and
+// passes the constraints.
+func (d *dec) sharedFlags(st *Study) {
+	emitted := d.emitted
+	if len(emitted) != len(st.Params) {
+		return
+	}
+	for j := range st.Params {
+		for _, flag := range slices.Sorted(func(yield func(string) bool) {
+			for f := range emitted[j] {
+				if !yield(f) {
+					return
+				}
+			}
+		}) {
+			for i := range j {
+				ei, ej := emitted[i][flag], emitted[j][flag]
+				if ei == nil {
+					continue
+				}
+				if both, decided := st.coEmit(i, j, flag); !decided || !both {
+					continue
+				}
+				other := fmt.Sprintf("params[%s]'s flag", st.Params[i].Name)
+				if strings.Contains(ei.at.path, ".values") {
+					other = "written by " + ei.at.path
+				}
+				if ei.written != ej.written {
+					other += " (as " + ei.written + ")"
+				}
+				d.fail(ej.at.node, ej.at.path, "%s is also %s; valid: one param per flag (two may share one where no config has both writing it: when: conditions that never hold together, or a constraint)", ej.written, other)
+				break
+			}
+		}
+	}
+}
+
+// coEmit reports whether some config has params i and j both active, each
+// with a value that emits flag (a setting), that passes the
+// constraints on params; decided is false when that cannot be told by
+// enumerating the params their when: conditions and the constraints read
+// (a continuous one, a condition that did not compile, or too many
+// combinations).
+func (st *Study) coEmit(i, j int, flag string) (both, decided bool) {
+	index := map[string]int{}
+	for k, p := range st.Params {
+		index[p.Name] = k
+	}
+	inSet := map[int]bool{i: true, j: true}
+	read := map[int]bool{} // read by a condition or a constraint
+	queue := []int{i, j}
+	add := func(names []string) {
+		for _, name := range names {
+			if r, ok := index[name]; ok { // else gpus_per_trial: fixed
+				read[r] = true
+				if !inSet[r] {
+					inSet[r] = true
+					queue = append(queue, r)
+				}
+			}
+		}
+	}
+	// The params the two conditions read, the ones those read, ..., and
+	// those of the constraints on any of them that can be evaluated here:
+	// on finite params, without predicted.* (nothing is predicted at
+	// load). Other constraints pass.
+	var cons []*Expr
+	used := make([]bool, len(st.constraints))
+	for {
+		for len(queue) > 0 {
+			k := queue[0]
+			queue = queue[1:]
+			p := &st.Params[k]
+			if p.When != "" && p.when == nil {
+				return false, false
+			}
+			if p.when != nil {
+				add(p.when.Names())
+			}
+		}
+		for c, e := range st.constraints {
+			if used[c] || !slices.ContainsFunc(e.Names(), func(n string) bool { k, ok := index[n]; return ok && inSet[k] }) {
+				continue
+			}
+			used[c] = true
+			if !slices.ContainsFunc(e.Names(), func(n string) bool {
+				k, ok := index[n]
+				return strings.HasPrefix(n, "predicted.") || ok && st.Params[k].values() == nil
+			}) {
+				cons = append(cons, e)
+				add(e.Names())
+			}
+		}
+		if len(queue) == 0 {
+			break
+		}
+	}
+	order := slices.Sorted(func(yield func(int) bool) {
+		for k := range inSet {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	// domain is what k may take: every value where a condition reads it,
+	// else one stand-in (i or j unread: some value of it emits the flag).
+	domain := map[int][]any{}
+	combos := 1
+	for _, k := range order {
+		domain[k] = []any{nil}
+		if read[k] {
+			if domain[k] = st.Params[k].values(); domain[k] == nil {
+				return false, false
+			}
+		}
+		combos *= len(domain[k]) + 1
+		if combos > maxShareCombos {
+			return false, false
+		}
+	}
+	var rec func(n int, p Params, onI, onJ bool) bool
+	rec = func(n int, p Params, onI, onJ bool) bool {
+		if n == len(order) {
+			if !onI || !onJ {
+				return false
+			}
+			env := st.env(p, nil)
+			for _, e := range cons {
+				// As in Check: an unset name passes, an error rejects.
+				if ok, err := e.EvalBool(env); !errors.Is(err, errUnset) && (err != nil || !ok) {
+					return false
+				}
+			}
+			return true
+		}
+		k := order[n]
+		par := &st.Params[k]
+		on, err := st.active(par, p)
+		if err != nil {
+			on = false
+		}
+		if !on {
+			return rec(n+1, p, onI, onJ)
+		}
+		for _, v := range domain[k] {
+			emitting := v == nil // an unread i or j: some value emits it
+			if v != nil {
+				p[par.Name] = v
+				emitting = st.emitsFlag(par, par.text(v), flag)
+			}
+			ok := rec(n+1, p, onI || (k == i && emitting), onJ || (k == j && emitting))
+			delete(p, par.Name)
+			if ok {
+				return true
+			}
+		}
+		return false
+	}
+	return rec(0, Params{}, false, false), true
+}
+
+// emitsFlag reports whether value v of par writes flag (a setting).
+func (st *Study) emitsFlag(par *Param, v, flag string) bool {
+	words, err := par.emit(v)
+	if err != nil {
+		return false
+	}
+	for _, w := range flagWords(st.Schema, words) {
+		if spec, _ := st.Schema.Lookup(w); spec.Setting() == flag {
+			return true
+		}
+	}
+	return false
+}
