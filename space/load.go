@@ -628,6 +628,16 @@ func (st *Study) fixedConflict(spec *engine.FlagSpec, written string) string {
 
 func (d *dec) params(st *Study, top *mapNode) {
 	names := map[string]bool{}
+	// Every param's place, for a when: that names one not declared yet.
+	d.paramAt = map[string]int{}
+	for i, pn := range top.list("params") {
+		if name := peekName(pn); name != "" {
+			if _, dup := d.paramAt[name]; !dup {
+				d.paramAt[name] = i
+			}
+		}
+	}
+	defer func() { d.paramAt, d.self, d.selfAt = nil, "", 0 }()
 	for i, pn := range top.list("params") {
 		path := fmt.Sprintf("params[%d]", i)
 		if name := peekName(pn); name != "" {
@@ -687,11 +697,9 @@ func (d *dec) params(st *Study, top *mapNode) {
 		p.unchecked = len(d.errs) != nerr
 		d.paramMapping(st, &p, m, len(d.errs) == nerr)
 		if m.str("when", &p.When) {
-			e, err := d.compile(st, m.at("when"), m.path+".when", p.When, names, false)
-			p.when = e
-			if err == nil && e != nil && d.usesSelf(e, p.Name) {
-				m.failKey("when", "refers to %s itself; valid: earlier params only", p.Name)
-			}
+			d.self, d.selfAt = p.Name, i
+			p.when, _ = d.compile(st, m.at("when"), m.path+".when", p.When, names, false)
+			d.self = ""
 		}
 		names[p.Name] = true
 		st.Params = append(st.Params, p)
@@ -712,8 +720,6 @@ func peekName(n *yaml.Node) string {
 	}
 	return ""
 }
-
-func (d *dec) usesSelf(e *Expr, name string) bool { return slices.Contains(e.Names(), name) }
 
 func (d *dec) intParam(p *Param, m *mapNode) {
 	var low, high int
@@ -983,6 +989,12 @@ func (d *dec) compile(st *Study, n *yaml.Node, path, src string, params map[stri
 				d.fail(n, path, "unknown name %s (did you mean %s?); valid: %s", name, engine.Nearest(name, predictedNames), strings.Join(predictedNames, ", "))
 				return nil, errors.New("bad name")
 			}
+		case name != "" && name == d.self:
+			d.fail(n, path, "refers to %s itself; valid: earlier params only", name)
+			return nil, errors.New("bad name")
+		case d.paramAt != nil && !allowPredicted && d.laterParam(name):
+			d.fail(n, path, "%s is params[%d], declared after this one; when: may use earlier params only: move it above", name, d.paramAt[name])
+			return nil, errors.New("bad name")
 		default:
 			valid := make([]string, 0, len(params)+1)
 			for k := range params {
@@ -1013,6 +1025,13 @@ func (d *dec) compile(st *Study, n *yaml.Node, path, src string, params map[stri
 		return nil, errors.New("bad comparison")
 	}
 	return e, nil
+}
+
+// laterParam reports whether name is a param of the file that params has
+// not reached yet (while params are decoded).
+func (d *dec) laterParam(name string) bool {
+	i, ok := d.paramAt[name]
+	return ok && i > d.selfAt
 }
 
 var predictedNames = []string{"predicted.requested_max_running_requests", "predicted.max_running_requests",

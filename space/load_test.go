@@ -140,7 +140,16 @@ func TestLoadErrorTable(t *testing.T) {
 		{"values unknown key", base + "params:\n  - {name: r, type: bool, values: {maybe: --disable-radix-cache}}\n", `params[r].values.maybe: "maybe" is not a value of this param`},
 		{"values missing choice", base + "params:\n  - {name: s, type: categorical, choices: [a, b], values: {a: --enable-metrics}}\n", `values has no entry for "b"`},
 		{"when unknown name", base + "params:\n  - {name: s, type: bool, when: spec == 1}\n", "params[s].when: unknown name spec"},
-		{"when later param", base + "params:\n  - {name: s, type: bool, when: t}\n  - {name: t, type: bool}\n", "params[s].when: unknown name t"},
+		// A when: naming a param declared below says so, not "unknown
+		// name" with a did-you-mean of an unrelated earlier name.
+		{"when later param", base + "params:\n  - {name: s, type: bool, when: t}\n  - {name: t, type: bool}\n",
+			"t.yaml:7:33: params[s].when: t is params[1], declared after this one; when: may use earlier params only: move it above"},
+		{"when later param in a comparison", base + "params:\n  - {name: gpus, type: int, low: 1, high: 2}\n" +
+			"  - {name: mem_fraction, type: float, low: 0.7, high: 0.9, flag: --mem-fraction-static, when: \"schedule_policy == 'lpm'\"}\n" +
+			"  - {name: chunk, type: bool}\n  - {name: schedule_policy, type: categorical, choices: [fcfs, lpm], flag: --schedule-policy}\n",
+			"params[mem_fraction].when: schedule_policy is params[3], declared after this one; when: may use earlier params only: move it above"},
+		{"when itself", base + "params:\n  - {name: a, type: bool}\n  - {name: s, type: bool, when: s or a}\n",
+			"t.yaml:8:33: params[s].when: refers to s itself; valid: earlier params only"},
 		{"when syntax", base + "params:\n  - {name: s, type: bool, when: 'a =='}\n", "params[s].when: unexpected"},
 		{"constraint predicted", base + "constraints: ['predicted.kv > 1']\n", "unknown name predicted.kv (did you mean predicted.kv_tokens?)"},
 		{"fixed launcher flag", base + "fixed: {--port: 8000}\n", "--port is set by the launcher"},

@@ -57,6 +57,12 @@ type dec struct {
 	lines []string // the file's lines, to place errors inside a scalar
 	errs  []*FieldError
 
+	// paramAt is each param's index in the file, and self and selfAt the
+	// name and index of the param whose when: is compiled, while params are
+	// decoded.
+	paramAt map[string]int
+	self    string
+	selfAt  int
 	// emitted holds each param's flags, in st.Params order, for
 	// sharedFlags.
 	emitted []map[string]*emittedFlag
