@@ -20,6 +20,9 @@ func TestLoadBadFiles(t *testing.T) {
 		{"unknown-field.yaml", []string{"unknown-field.yaml:9:5: params[ep].choises: unknown field (did you mean choices?)"}},
 		{"wrong-type.yaml", []string{"wrong-type.yaml:7:14: gpus.per_trial: got \"four\"; valid: an integer"}},
 		{"out-of-range.yaml", []string{"out-of-range.yaml:10:11: params[mem_fraction].high: --mem-fraction-static 1.5 is above 1; valid: <= 1"}},
+		// A tab is named at its own line and column, whatever the YAML
+		// parser's message and line.
+		{"tabs.yaml", []string{"tabs.yaml:12:1: bad YAML: a tab at 12:1; YAML indents with spaces only; valid: indent with spaces"}},
 		{"unknown-flag.yaml", []string{"unknown-flag.yaml:8:3: fixed.--mem-fraction-statc: unknown flag --mem-fraction-statc (did you mean --mem-fraction-static?)"}},
 		{"bad-workload.yaml", []string{
 			"bad-workload.yaml:10:15: workload.chat.requests: 2 counts for 3 concurrency levels; valid: one count per level",
@@ -229,6 +232,10 @@ func TestLoadErrorTable(t *testing.T) {
 		{"derived value", base + "params:\n  - {name: s, type: int, low: 1, high: 2}\nderived:\n  - {flag: --speculative-num-draft-tokens, value: s +}\n",
 			"derived[--speculative-num-draft-tokens].value: unexpected"},
 		{"big int", base + "gpus: {per_trial: 99999999999}\n", "gpus.per_trial: 99999999999 is out of range"},
+		{"tab before a key", base + "params:\n  - name: a\n\ttype: bool\n", "t.yaml:8:1: bad YAML: a tab at 8:1; YAML indents with spaces only; valid: indent with spaces"},
+		{"tab after spaces", base + "params:\n  - name: a\n  \t type: bool\n", "t.yaml:8:3: bad YAML: a tab at 8:3"},
+		{"tab after a dash", base + "params:\n  -\tname: a\n    type: bool\n", "t.yaml:7:4: bad YAML: a tab at 7:4"},
+		{"tab on a blank line", base + "\t\nparams: []\n", "t.yaml:6:1: bad YAML: a tab at 6:1"},
 		{"second document", base + "---\nname: second\n", "t.yaml:6:1: a second YAML document starts here; a study file holds one document; valid: one study per file"},
 		{"second document after an empty one", base + "---\n# nothing\n---\nname: second\n", "t.yaml:8:1: a second YAML document starts here"},
 		{"second document unparsable", base + "---\nname: [second\n", "t.yaml:"},

@@ -130,7 +130,44 @@ func (d *dec) syntaxError(err error) {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	msg = yamlLineRE.ReplaceAllString(msg, "")
 	msg = strings.Trim(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(msg), ":")), ":")
+	// The parser's message does not always say tab ("found character
+	// that cannot start any token" is a tab where a key or item starts),
+	// and its line for one that does can be the line before: find the tab.
+	near := []int{line, line + 1, line + 2, line - 1}
+	if !strings.Contains(msg, "tab") {
+		near = []int{line}
+	}
+	if strings.Contains(msg, "tab") || strings.Contains(msg, "cannot start any token") {
+		if tl, tc, ok := d.findTab(near); ok {
+			d.failAt(tl, tc, "", "bad YAML: a tab at %d:%d; YAML indents with spaces only; valid: indent with spaces", tl, tc)
+			return
+		}
+	}
 	d.failAt(line, 1, "", "bad YAML: %s; the study file must be a YAML mapping", strings.TrimSpace(msg))
+}
+
+// findTab finds the tab a YAML parser error is about on the lines given
+// (1-based, in order of preference): one in the indentation (or after a
+// "- ") first, else any. It gives the tab's line and column (columns count
+// characters, from 1).
+func (d *dec) findTab(lines []int) (tl, tc int, ok bool) {
+	for _, indentOnly := range []bool{true, false} {
+		for _, l := range lines {
+			if l < 1 || l > len(d.lines) {
+				continue
+			}
+			text := d.lines[l-1]
+			at := strings.IndexByte(text, '\t')
+			if at < 0 {
+				continue
+			}
+			if lead := strings.TrimLeft(text[:at], " -"); indentOnly && lead != "" {
+				continue
+			}
+			return l, utf8.RuneCountInString(text[:at]) + 1, true
+		}
+	}
+	return 0, 0, false
 }
 
 func deref(n *yaml.Node) *yaml.Node {
