@@ -128,7 +128,9 @@ var flagTable = []flagDef{
 	{dest: "load_format", names: []string{"--load-format"}},
 	{dest: "download_dir", names: []string{"--download-dir"}},
 	{dest: "page_size", names: []string{"--page-size"}, kind: kInt},
-	{dest: "schedule_policy", names: []string{"--schedule-policy"}, choices: []string{"lpm", "random", "fcfs", "dfs-weight", "lof", "priority"}},
+	// SGLang's argparse choices, as the bundled flag schema lists them
+	// (sgl-project/sglang server_args.py @001067ff, plus hrrn).
+	{dest: "schedule_policy", names: []string{"--schedule-policy"}, choices: []string{"lpm", "random", "fcfs", "dfs-weight", "lof", "priority", "routing-key", "hrrn"}},
 	{dest: "schedule_conservativeness", names: []string{"--schedule-conservativeness"}, kind: kFloat},
 	{dest: "stream_interval", names: []string{"--stream-interval"}, kind: kInt},
 	{dest: "watchdog_timeout", names: []string{"--watchdog-timeout"}, kind: kFloat},

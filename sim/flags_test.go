@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/sgtune/sgtune/engine"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -89,4 +91,36 @@ func FuzzParseArgs(f *testing.F) {
 			t.Fatalf("parsed without model path: %q", s)
 		}
 	})
+}
+
+// TestSchemaChoicesAccepted: every value the bundled SGLang flag schema
+// holds to a closed list (what sgtune check accepts) parses here too, so a
+// study check passes does not fail at the simulator's argparse.
+func TestSchemaChoicesAccepted(t *testing.T) {
+	s, _, err := engine.SGLang.Schema("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := optionStrings()
+	checked := 0
+	for _, f := range s.Flags {
+		def := opts[f.Name]
+		if len(f.Choices) == 0 || def == nil || len(def.choices) == 0 {
+			continue
+		}
+		for _, c := range f.Choices {
+			checked++
+			if _, err := ParseArgs([]string{"--model-path", "m", f.Name, c}); err != nil {
+				t.Errorf("%s %s: the schema accepts it, the simulator does not: %v", f.Name, c, err)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no closed-list flag checked")
+	}
+	// --schedule-policy is a closed list in SGLang's argparse: a value
+	// outside it fails there as here.
+	if _, err := ParseArgs([]string{"--model-path", "m", "--schedule-policy", "fifo"}); err == nil || !strings.Contains(err.Error(), "invalid choice: 'fifo'") {
+		t.Errorf("--schedule-policy fifo: %v", err)
+	}
 }

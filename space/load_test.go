@@ -136,6 +136,10 @@ func TestLoadErrorTable(t *testing.T) {
 			`t.yaml:9:21: params[chunk].choices[1]: --chunked-prefill-size "4k" is not an integer; valid: an integer`},
 		{"choice item in a block list", base + "params:\n  - name: kv\n    type: categorical\n    choices:\n      - auto\n      - fp9\n    flags: [--kv-cache-dtype]\n",
 			`t.yaml:11:9: params[kv].choices[1]: --kv-cache-dtype "fp9" is not a valid choice`},
+		// SGLang's --schedule-policy is a closed argparse list: a value
+		// outside it fails at launch, so it is an error at its item.
+		{"schedule policy not a choice", base + "params:\n  - {name: sp, type: categorical, choices: [fcfs, lpm, fifo], flag: --schedule-policy}\n",
+			`t.yaml:7:56: params[sp].choices[2]: --schedule-policy "fifo" is not a valid choice (did you mean fcfs?); valid: lpm, random, fcfs, dfs-weight, lof, priority, routing-key, hrrn`},
 		{"choices int flag", base + "params:\n  - {name: ep, type: categorical, choices: [1, x], flag: --ep-size}\n", `--ep-size "x" is not an integer`},
 		{"choice flag choices", base + "params:\n  - {name: kv, type: categorical, choices: [auto, fp9], flag: --kv-cache-dtype}\n", `--kv-cache-dtype "fp9" is not a valid choice`},
 		{"bool on value flag", base + "params:\n  - {name: ep, type: bool, flag: --ep-size}\n", "params[ep].flag: --ep-size takes a value"},
