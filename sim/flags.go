@@ -169,6 +169,18 @@ func Usage() string {
 		"                    [--sim-profile SIM_PROFILE] [--sim-speedup SIM_SPEEDUP]\n"
 }
 
+// SimHelp describes the simulator's own options, after the engine's usage
+// on --help.
+func SimHelp() string {
+	return "\nsimulator options (not SGLang's or vLLM's):\n" +
+		"  --sim-profile NAME|FILE  the model and GPUs simulated: their memory, speed and faults (default " + DefaultProfile + ";\n" +
+		"                           bundled: " + strings.Join(ProfileNames(), ", ") + ").\n" +
+		"                           A study of another model or GPU count needs a profile FILE of its own\n" +
+		"                           (weights_gb, gpu_mem_gb, kv_tokens_per_gb, decode_step_ms, ...): see docs/simulator.md.\n" +
+		"  --sim-speedup X          simulated time runs X times faster than the modelled GPUs (default 1)\n" +
+		"  --sim-engine sglang|vllm the interface spoken (default sglang)\n"
+}
+
 // Args is a parsed command line: dest -> value (string, int, float64, bool,
 // []int or []string), only for flags given.
 type Args struct {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -122,5 +123,69 @@ func TestSchemaChoicesAccepted(t *testing.T) {
 	// outside it fails there as here.
 	if _, err := ParseArgs([]string{"--model-path", "m", "--schedule-policy", "fifo"}); err == nil || !strings.Contains(err.Error(), "invalid choice: 'fifo'") {
 		t.Errorf("--schedule-policy fifo: %v", err)
+	}
+}
+
+// TestProfileHint: a launch whose weights do not fit the profile's GPUs (a
+// study of a smaller model on fewer GPUs, run on the default profile) says
+// which model the profile simulates and how to simulate another; --help
+// describes --sim-profile.
+func TestProfileHint(t *testing.T) {
+	for _, argv := range [][]string{
+		{"--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--tp-size", "2"},
+		{"--sim-engine", "vllm", "meta-llama/Llama-3.1-8B-Instruct", "-tp", "2"},
+	} {
+		var out, errb strings.Builder
+		code := Main(t.Context(), argv, &out, &errb, Options{NoStartupDelay: true})
+		if code != ExitCrash {
+			t.Errorf("%v: exit %d, want %d", argv, code, ExitCrash)
+		}
+		if want := "[sim] profile glm-5.3-flash-h200x4 simulates GLM-5.3-Flash FP8 on 4x H200 (seed 000): 290 GB of weights, 145.0 GB per GPU with 2 GPUs"; !strings.Contains(out.String(), want) ||
+			!strings.Contains(out.String(), "pass --sim-profile FILE (docs/simulator.md)") {
+			t.Errorf("%v: no profile hint in\n%s", argv, out.String())
+		}
+		// The hint is no failure signature of its own.
+		for _, l := range strings.Split(out.String(), "\n") {
+			if strings.Contains(l, "[sim] profile") && (strings.Contains(l, "out of memory") || strings.Contains(l, "Not enough")) {
+				t.Errorf("hint reads as an engine error: %s", l)
+			}
+		}
+	}
+	var out, errb strings.Builder
+	if code := Main(t.Context(), []string{"--help"}, &out, &errb, Options{}); code != ExitOK {
+		t.Fatalf("--help: exit %d", code)
+	}
+	if !strings.Contains(out.String(), "--sim-profile NAME|FILE") || !strings.Contains(out.String(), "docs/simulator.md") {
+		t.Errorf("--help does not describe --sim-profile:\n%s", out.String())
+	}
+}
+
+// TestDocProfileExample: the example profile in docs/simulator.md parses
+// and starts the launch it is written for (TP 2, no KV cache error).
+func TestDocProfileExample(t *testing.T) {
+	doc, err := os.ReadFile("../docs/simulator.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var example string
+	for _, block := range strings.Split(string(doc), "```yaml\n")[1:] {
+		if body, _, _ := strings.Cut(block, "```"); strings.HasPrefix(body, "name: ") {
+			example = body
+			break
+		}
+	}
+	if example == "" {
+		t.Fatal("no example profile (a yaml block starting with name:) in docs/simulator.md")
+	}
+	p, err := ParseProfile([]byte(example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := ParseArgs([]string{"--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--tp-size", "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl := Resolve(a, p); pl.Err != nil || pl.KVTokens < 500000 {
+		t.Errorf("the example does not start at TP 2: %+v, %d KV tokens", pl.Err, pl.KVTokens)
 	}
 }

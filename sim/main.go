@@ -47,6 +47,7 @@ func Main(ctx context.Context, argv []string, stdout, stderr io.Writer, opt Opti
 		var pe *ParseError
 		if errors.As(err, &pe) && pe == ErrHelp {
 			fmt.Fprint(stdout, d.usage())
+			fmt.Fprint(stdout, SimHelp())
 			return ExitOK
 		}
 		fmt.Fprint(stderr, d.usage())
@@ -281,6 +282,9 @@ func (st *startup) allocatePools() (int, bool) {
 		return st.fatalStartup([]string{fmt.Sprintf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of %.2f GiB of which 1.12 GiB is free. Including non-PyTorch memory, this process has %.2f GiB memory in use. Of the allocated memory %.2f GiB is allocated by PyTorch, and 1.31 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)", gpuMem, gpuMem-1.12, gpuMem-2.6)}, false), true
 	}
 	if pl.Err != nil && (pl.Err.Kind == "memory" || pl.Err.Kind == "state_pool") {
+		if h := st.profileHint(); h != "" {
+			st.logf("%s", h)
+		}
 		return st.fatalStartup(pl.Err.Lines, false), true
 	}
 	if pl.ReductionWarning != "" {
@@ -293,6 +297,22 @@ func (st *startup) allocatePools() (int, bool) {
 	st.slogf("KV Cache is allocated. dtype: %s, #tokens: %d, K size: %.2f GB, V size: %.2f GB", torchDtype(pl.KVDtype), pl.KVTokens, kvGB/2, kvGB/2)
 	st.slogf("Memory pool end. avail mem=%.2f GB", pl.AvailGPUMemGB+2)
 	return 0, false
+}
+
+// profileHint is a simulator line for a launch whose weights do not fit
+// the profile's GPUs at all (a study of another model run on the default
+// profile: every trial fails the same way): which model and GPUs the
+// profile simulates, and that --sim-profile FILE simulates others. "" when
+// the weights fit.
+func (st *startup) profileHint() string {
+	pl, p := st.pl, st.p
+	if pl.restGB > 0 {
+		return ""
+	}
+	per := p.Memory.WeightsGB / float64(pl.TP*pl.PP)
+	return fmt.Sprintf("[sim] profile %s simulates %s: %g GB of weights, %.1f GB per GPU with %d GPUs, more than %v of a %.1f GB GPU; "+
+		"for another model or GPU count, write a profile and pass --sim-profile FILE (docs/simulator.md)",
+		p.Name, p.Description, p.Memory.WeightsGB, per, pl.TP*pl.PP, pl.MemFraction, p.Hardware.GPUMemGB)
 }
 
 // hasFault reports whether a matched fault rule has the effect kind.

@@ -123,6 +123,9 @@ func (st *startup) runVLLM(opt Options) int {
 		return st.coreFailed([]string{fmt.Sprintf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of %.2f GiB of which 1.12 GiB is free. Including non-PyTorch memory, this process has %.2f GiB memory in use.", gpuMem, gpuMem-1.12)})
 	}
 	if pl.Err != nil {
+		if h := st.profileHint(); h != "" && pl.Err.Kind == "memory" {
+			st.raw("EngineCore_DP0", h)
+		}
 		return st.coreFailed(pl.Err.Lines)
 	}
 	st.clogf("gpu_worker.py", "Available KV cache memory: %.2f GiB", pl.kvGiB(p))

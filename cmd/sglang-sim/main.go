@@ -5,6 +5,10 @@
 //	sglang-sim --model-path zai-org/GLM-5.3-Flash --tp 4 --ep 4 [SGLang flags...] \
 //	    [--sim-profile NAME|FILE] [--sim-speedup X]
 //
+// The profile is the model and GPUs simulated, whatever --model-path says:
+// a bundled name, or a YAML file for another model or GPU count (see
+// docs/simulator.md).
+//
 // With --sim-engine vllm it speaks vLLM's interface instead:
 //
 //	sglang-sim --sim-engine vllm zai-org/GLM-5.3-Flash -tp 4 [vllm serve flags...]
