@@ -67,6 +67,9 @@ type process struct {
 
 func (p *process) Facts() engine.Facts { return p.srv.Facts }
 
+// Failure is how the server failed so far (nil while it runs).
+func (p *process) Failure() *launcher.Failure { return p.srv.Failure() }
+
 func (p *process) Measure(ctx context.Context, w objective.Workload, opt objective.Options) (*objective.Result, error) {
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()

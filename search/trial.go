@@ -547,14 +547,12 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 	if err == nil {
 		var ferr error
 		o.result, o.measureErr, o.limits, o.pruned, ferr = r.measure(ctx, t, srv, attrs)
-		if ferr == nil && o.measureErr == nil && o.limits == "" {
-			// A finished (or pruned) measurement is stored before the
-			// teardown, which may wait minutes for the GPUs to be
-			// released: a tuner killed meanwhile keeps the trial, and
-			// the stopping mark has the next run kill what its server
-			// left (reapEnded). A failure the server shows only when
-			// stopped comes after every request was answered and does
-			// not undo them.
+		if ferr == nil && o.limits == "" && (o.measureErr == nil || o.pruned != "") && !failedYet(srv) {
+			// A finished (or pruned) measurement of a server still up is
+			// stored before the teardown, which may wait minutes for the
+			// GPUs to be released: a tuner killed meanwhile keeps the
+			// trial, and the stopping mark has the next run kill what its
+			// server left (reapEnded).
 			attrs[storage.AttrStopping] = "1"
 			ferr = store()
 			_, stopErr = srv.Stop(context.Background())
@@ -594,6 +592,14 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 			gpuList(gpus), t.number, stopErr)
 	}
 	return nil
+}
+
+// failedYet reports whether a running server already shows a failure
+// (it exited on its own after its last answer), where its backend can
+// tell before Stop.
+func failedYet(srv Running) bool {
+	f, ok := srv.(interface{ Failure() *launcher.Failure })
+	return ok && f.Failure() != nil
 }
 
 // measure observes the started server's facts, refuses one whose limits
