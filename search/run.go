@@ -682,12 +682,10 @@ func (r *runner) reapEnded() ([]Record, error) {
 	}
 	took := false
 	for _, rec := range recs {
-		if rec.Stopping && rec.State != StateRunning && ownerDead(rec.Owner, r.host) {
-			// Stored, but its owner died stopping its server.
+		if rec.Stopping && rec.State != StateRunning && r.diedStopping(rec) && r.killLeftovers(rec.ID, rec.Number) {
 			if err := r.store.AnnotateTrial(rec.ID, storage.AttrStopping, ""); err != nil {
 				return nil, fmt.Errorf("trial %d: %w", rec.Number, err)
 			}
-			r.killLeftovers(rec.ID, rec.Number)
 		}
 		if rec.State != StateRunning || !ownerDead(rec.Owner, r.host) {
 			continue
@@ -743,19 +741,43 @@ func (r *runner) tookOver(id, number int, reason string) {
 	r.killLeftovers(id, number)
 }
 
+// stopOverdue bounds how long a live owner takes to stop a server after
+// storing its trial: the stop's grace, the wait for the process group, and
+// the wait for the port and GPUs (launcher.Spec.ReleaseTimeout, 2 minutes
+// by default).
+const stopOverdue = 5 * time.Minute
+
+// diedStopping reports whether the owner of a trial stored before its
+// server stopped (Record.Stopping) died before the stop ended: a process
+// of this host that has ended, or, for a Slurm study, whose job any host
+// can cancel, an owner elsewhere whose mark outlived any stop.
+func (r *runner) diedStopping(rec Record) bool {
+	switch OwnerLive(rec.Owner, r.host) {
+	case LiveNo:
+		return true
+	case LiveUnknown:
+		return r.st.Slurmed() && rec.End != nil && time.Since(*rec.End) > r.staleWindow()+stopOverdue
+	}
+	return false
+}
+
 // killLeftovers kills what the server of a trial whose owner died left
 // behind: Pdeathsig takes a server down with its tuner, but not every
-// engine's workers; a Slurm job outlives its worker and is cancelled.
-func (r *runner) killLeftovers(id, number int) {
+// engine's workers; a Slurm job outlives its worker and is cancelled. It
+// reports whether it could look (and kill).
+func (r *runner) killLeftovers(id, number int) bool {
 	if r.st.Slurmed() {
-		r.cancelLeftoverJob(id, number)
-		return
+		return r.cancelLeftoverJob(id, number)
 	}
-	if pids, err := launcher.KillTagged(context.Background(), r.trialTag(number)); err != nil {
+	pids, err := launcher.KillTagged(context.Background(), r.trialTag(number))
+	if err != nil {
 		r.trialEvent(EventNote, number, "could not look for leftover server processes: %v", err)
-	} else if len(pids) > 0 {
+		return false
+	}
+	if len(pids) > 0 {
 		r.trialEvent(EventNote, number, "killed %d leftover server process group(s)", len(pids))
 	}
+	return true
 }
 
 // describeStudy stores what reports and rescore read without the study

@@ -60,6 +60,9 @@ type fakeBackend struct {
 	outlier string
 	// stop, when set, is called as a server's Stop begins.
 	stop func(flags string)
+	// exited returns, for a config, the failure of a server that exits on
+	// its own right after its last answer (nil: it stays up).
+	exited func(flags string) *launcher.Failure
 	// level, when set, is called as a level ends, before AfterLevel.
 	level func(flags string, conc int)
 }
@@ -123,6 +126,14 @@ func (f *fakeRunning) Measure(ctx context.Context, w objective.Workload, opt obj
 	return res, nil
 }
 
+// Failure is the failure of a server that already exited on its own.
+func (f *fakeRunning) Failure() *launcher.Failure {
+	if f.b.exited != nil {
+		return f.b.exited(f.flags)
+	}
+	return nil
+}
+
 func (f *fakeRunning) Stop(ctx context.Context) (*launcher.Failure, error) {
 	if f.b.stop != nil {
 		f.b.stop(f.flags)
@@ -133,7 +144,7 @@ func (f *fakeRunning) Stop(ctx context.Context) (*launcher.Failure, error) {
 	if f.b.crash != nil {
 		return f.b.crash(f.flags), nil
 	}
-	return nil, nil
+	return f.Failure(), nil
 }
 
 // tokS is the fake landscape: more slots and ep 4 are faster.
@@ -309,44 +320,71 @@ func TestResumeTakesOverDeadOwner(t *testing.T) {
 	}
 }
 
-// A measured trial is stored before its server is stopped: the teardown
-// may wait minutes for the GPUs, and a tuner killed then must not lose the
-// measurement. A trial that failed is still classified by how the server
-// ended, so it is stored after.
+// A measured (or pruned) trial is stored before its server is stopped: the
+// teardown may wait minutes for the GPUs, and a tuner killed then must not
+// lose the measurement. A trial that failed, or whose server exited on its
+// own after its last answer, is still classified by how the server ended,
+// so it is stored after.
 func TestMeasuredTrialStoredBeforeStop(t *testing.T) {
-	st, store, _ := openFake(t)
-	var stops []string
-	b := &fakeBackend{crash: func(flags string) *launcher.Failure {
+	crash := func(flags string) *launcher.Failure {
 		if strings.Contains(flags, "--max-mamba-cache-size 64") {
 			return &launcher.Failure{Class: engine.ClassIllegalMemoryAccess, ExitCode: 1, Reason: "CUDA error: an illegal memory access was encountered"}
 		}
 		return nil
-	}}
-	b.stop = func(flags string) {
-		recs, err := Records(store, st.Name)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		last := recs[len(recs)-1]
-		stops = append(stops, last.State)
-		crashes := b.crash(flags) != nil
-		switch {
-		case crashes && last.State != StateRunning:
-			t.Errorf("trial %d (%s) stored %s before its server stopped; want it classified after", last.Number, flags, last.State)
-		case !crashes && (last.State != StateComplete || last.Score == nil || len(last.Result) == 0):
-			t.Errorf("trial %d (%s) is %s (score %v, %d bytes of result) when its server stops; want it stored complete", last.Number, flags, last.State, last.Score, len(last.Result))
-		}
 	}
-	sum, err, _ := runFake(t, context.Background(), st, store, b, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := states(sum.Records); got[StateComplete] == 0 || got[StateFailed] == 0 {
-		t.Fatalf("states %v: want both complete and failed trials", got)
-	}
-	if len(stops) != len(b.launches) {
-		t.Errorf("%d stops for %d launches", len(stops), len(b.launches))
+	pruneStudy := []string{"concurrency: [4], requests: [4]", "concurrency: [1, 4], requests: [2, 4]",
+		"low: 64, high: 512", "low: 64, high: 1024",
+		"budget: {trials: 6, sampler: random, seed: 3, confirm: 0}", "budget: {trials: 12, sampler: random, seed: 3, confirm: 0, prune: {fraction: 0.9}}"}
+	for _, tc := range []struct {
+		name    string
+		replace []string
+		b       *fakeBackend
+		want    []string // states the run must have stored
+	}{
+		{"crashes", nil, &fakeBackend{crash: crash}, []string{StateComplete, StateFailed}},
+		{"pruned", pruneStudy, &fakeBackend{}, []string{StateComplete, StatePruned}},
+		{"exited after its answers", nil, &fakeBackend{exited: crash}, []string{StateComplete, StateFailed}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, store, _ := openFake(t, tc.replace...)
+			b := tc.b
+			stops := 0
+			b.stop = func(flags string) {
+				stops++
+				recs, err := Records(store, st.Name)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				last := recs[len(recs)-1]
+				fails := crash(flags) != nil && (b.crash != nil || b.exited != nil)
+				switch {
+				case fails && last.State != StateRunning:
+					t.Errorf("trial %d (%s) stored %s before its server stopped; want it classified after", last.Number, flags, last.State)
+				case !fails && (last.State != StateComplete && last.State != StatePruned || !last.Stopping || len(last.Result) == 0):
+					t.Errorf("trial %d (%s) is %s (stopping mark %v, %d bytes of result) when its server stops; want it stored, marked stopping",
+						last.Number, flags, last.State, last.Stopping, len(last.Result))
+				}
+			}
+			sum, err, _ := runFake(t, context.Background(), st, store, b, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := states(sum.Records)
+			for _, s := range tc.want {
+				if got[s] == 0 {
+					t.Errorf("states %v: want some %s", got, s)
+				}
+			}
+			if stops != len(b.launches) {
+				t.Errorf("%d stops for %d launches", stops, len(b.launches))
+			}
+			for _, r := range sum.Records {
+				if r.Stopping {
+					t.Errorf("trial %d keeps its stopping mark after a clean stop", r.Number)
+				}
+			}
+		})
 	}
 }
 
@@ -1516,5 +1554,38 @@ func TestCheckRefusesUnbuildableSampler(t *testing.T) {
 	st, _, _ := openFake(t)
 	if p := Check(st, func(string) string { return "" }); p.Err() != nil || len(p.Invalid) > 0 {
 		t.Errorf("valid study: %v %v", p.Err(), p.Invalid)
+	}
+}
+
+// A stopping mark is taken for a dead owner's when the owner is a process
+// of this host that ended, or, on Slurm (whose jobs any host can cancel),
+// an owner elsewhere whose mark outlived any stop; never a live owner's.
+func TestDiedStopping(t *testing.T) {
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	here := hostname()
+	old, recent := time.Now().Add(-time.Hour), time.Now().Add(-time.Minute)
+	for _, tc := range []struct {
+		name      string
+		scheduler string
+		owner     string
+		end       *time.Time
+		want      bool
+	}{
+		{"ended process here", space.SchedulerLocal, fmt.Sprintf("%s:%d", here, dead.Process.Pid), &recent, true},
+		{"live process here", space.SchedulerLocal, fmt.Sprintf("%s:%d", here, os.Getpid()), &old, false},
+		{"elsewhere, local scheduler", space.SchedulerLocal, "other-host:12", &old, false},
+		{"elsewhere on Slurm, long ago", space.SchedulerSlurm, "other-host:12", &old, true},
+		{"elsewhere on Slurm, just now", space.SchedulerSlurm, "other-host:12", &recent, false},
+		{"live process here on Slurm", space.SchedulerSlurm, fmt.Sprintf("%s:%d", here, os.Getpid()), &old, false},
+	} {
+		st := &space.Study{}
+		st.Launch.Scheduler = tc.scheduler
+		r := &runner{st: st, host: here}
+		if got := r.diedStopping(Record{Owner: tc.owner, End: tc.end, Stopping: true}); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

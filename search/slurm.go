@@ -209,8 +209,8 @@ func (r *runner) trialID(number int) (int, error) {
 
 // cancelLeftoverJob cancels the Slurm job of a trial taken over from a
 // dead worker: by its stored ID, and by its name in case the worker died
-// between sbatch and storing the ID.
-func (r *runner) cancelLeftoverJob(id, number int) {
+// between sbatch and storing the ID. It reports whether scancel did.
+func (r *runner) cancelLeftoverJob(id, number int) bool {
 	job := ""
 	if sys, err := r.store.GetTrialSystemAttrs(id); err == nil {
 		job = sys[storage.AttrSlurmJob]
@@ -227,7 +227,10 @@ func (r *runner) cancelLeftoverJob(id, number int) {
 	jobs, err := launcher.CancelSlurmJobs(ctx, job, r.jobName(number))
 	if err != nil {
 		r.trialEvent(EventNote, number, "could not cancel its Slurm job: %v", err)
-	} else if len(jobs) > 0 {
+		return false
+	}
+	if len(jobs) > 0 {
 		r.trialEvent(EventNote, number, "cancelled its leftover Slurm job %s", strings.Join(jobs, ","))
 	}
+	return true
 }
