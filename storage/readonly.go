@@ -13,6 +13,11 @@ import (
 	"github.com/mattn/go-sqlite3"
 )
 
+// Frozen reports whether the Store reads its database as it was when
+// opened (OpenRead's immutable fallback): a run that writes it later is
+// seen only by opening it again.
+func (s *Store) Frozen() bool { return s.frozen }
+
 // ErrReadOnly marks a write to a Store that OpenRead opened read-only.
 var ErrReadOnly = errors.New("opened read-only")
 
@@ -56,8 +61,10 @@ func openSQLiteReadOnly(p string) (*Store, error) {
 	q.Set("_query_only", "on")
 	q.Set("_txlock", "deferred")
 	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
+	frozen := false
 	if _, err := os.Stat(p + "-wal"); errors.Is(err, fs.ErrNotExist) {
 		q.Set("immutable", "1")
+		frozen = true
 	}
 	r := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
 	db, err := sql.Open("sqlite3", "file:"+r.Replace(p)+"?"+q.Encode())
@@ -65,7 +72,7 @@ func openSQLiteReadOnly(p string) (*Store, error) {
 		return nil, fmt.Errorf("storage: open %s: %w", p, err)
 	}
 	db.SetMaxOpenConns(4)
-	s := &Store{path: p, d: dialectSQLite, rdb: db}
+	s := &Store{path: p, d: dialectSQLite, rdb: db, frozen: frozen}
 	var have int
 	if err := db.QueryRow("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&have); err != nil {
 		db.Close()

@@ -41,9 +41,11 @@ func TestOpenReadUnwritableDir(t *testing.T) {
 			if err != nil {
 				t.Fatalf("read a study in an unwritable directory: %v\n%s", err, out)
 			}
-			want := "studies ro"
+			// With no run writing it, the view is frozen: status --watch
+			// opens it again to see a run that starts.
+			want := "studies ro\nfrozen true"
 			if writing {
-				want = "studies ro,while-open"
+				want = "studies ro,while-open\nfrozen false"
 			}
 			if !strings.Contains(out, want) || !strings.Contains(out, "write refused") {
 				t.Errorf("reader said %q; want %q and a refused write", out, want)
@@ -74,6 +76,13 @@ func readAsOther(t *testing.T, dir, path string) (string, error) {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 65534, Gid: 65534}
 		cmd.Dir = "/"
 	} else {
+		// The user owns the files: the database and its side files must
+		// be read-only too, as someone else's are.
+		for _, f := range []string{path, path + "-wal", path + "-shm"} {
+			if err := os.Chmod(f, 0o444); err == nil {
+				t.Cleanup(func() { _ = os.Chmod(f, 0o644) })
+			}
+		}
 		must(t, os.Chmod(dir, 0o555))
 		t.Cleanup(func() { _ = os.Chmod(dir, 0o755) })
 	}
@@ -106,7 +115,7 @@ func helperRead(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("studies %s\n", strings.Join(names, ","))
+	fmt.Printf("studies %s\nfrozen %v\n", strings.Join(names, ","), s.Frozen())
 	// Opened read-only, or opened as usual (a writer's side files let
 	// SQLite read, and the schema is current): a write fails either way.
 	if _, err = s.CreateNewStudy("not-allowed"); !errors.Is(err, ErrReadOnly) && !cannotWrite(err) {

@@ -67,6 +67,8 @@ type Store struct {
 	d    dialect // which backend
 	wdb  *sql.DB // SQLite: one connection, BEGIN IMMEDIATE; PostgreSQL: the pool
 	rdb  *sql.DB // SQLite: read pool, deferred and query_only; PostgreSQL: wdb
+	// frozen: read-only as an immutable file (see Frozen); wdb is nil.
+	frozen bool
 }
 
 // Open opens (creating and migrating if needed) the storage named by arg.

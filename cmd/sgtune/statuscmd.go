@@ -238,7 +238,7 @@ func (a *app) watchStatus(ctx context.Context, sf studyFlags, interval time.Dura
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer func() { store.Close() }() // the store read last (see Frozen)
 	tty := isTerminal(a.stdout)
 	host, _ := os.Hostname()
 	var last string
@@ -247,6 +247,15 @@ func (a *app) watchStatus(ctx context.Context, sf studyFlags, interval time.Dura
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
+		if store.Frozen() {
+			// Read as it was when opened (a directory this user cannot
+			// write, and no run had it open): open it again to see a run
+			// that started since.
+			if fresh, err := openExisting(sf.storage); err == nil {
+				store.Close()
+				store = fresh
+			}
+		}
 		d, err := readStudy(store, sf.study)
 		switch {
 		case err != nil && lastCount < 0:
