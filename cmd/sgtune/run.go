@@ -329,20 +329,19 @@ func openExisting(path string) (*storage.Store, error) {
 	if fi.Mode().IsRegular() && fi.Size() == 0 {
 		return nil, badInput(fmt.Errorf("storage %s is an empty file, not a study database (`sgtune run STUDY_FILE --storage %s` creates one)", path, path))
 	}
-	store, err := storage.OpenRead(path)
-	if errors.Is(err, storage.ErrNotStudyDB) {
-		return nil, badInput(err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open storage: %w", err)
-	}
-	return store, nil
+	return openWith(storage.OpenRead, path)
 }
 
 // openStorage opens a storage; one that is not sgtune's (a directory, a
 // file that is not SQLite, another program's tables) is bad input.
 func openStorage(path string) (*storage.Store, error) {
-	store, err := storage.Open(path)
+	return openWith(storage.Open, path)
+}
+
+// openWith opens a storage with open (storage.Open or OpenRead), mapping a
+// storage that is not sgtune's to bad input.
+func openWith(open func(string) (*storage.Store, error), path string) (*storage.Store, error) {
+	store, err := open(path)
 	if errors.Is(err, storage.ErrNotStudyDB) {
 		return nil, badInput(err)
 	}
