@@ -151,6 +151,15 @@ func TestProfileHint(t *testing.T) {
 			}
 		}
 	}
+	// The profile's own launch at a memory fraction too low for its
+	// weights fails too, but the fix is a higher fraction, not a profile.
+	var low, lowErr strings.Builder
+	if code := Main(t.Context(), []string{"--model-path", "zai-org/GLM-5.3-Flash", "--tp-size", "4", "--mem-fraction-static", "0.54"}, &low, &lowErr, Options{NoStartupDelay: true}); code != ExitCrash {
+		t.Errorf("mem fraction 0.54: exit %d, want %d", code, ExitCrash)
+	}
+	if strings.Contains(low.String(), "[sim] profile") {
+		t.Errorf("mem fraction 0.54 of the profile's own launch gets the profile hint:\n%s", low.String())
+	}
 	var out, errb strings.Builder
 	if code := Main(t.Context(), []string{"--help"}, &out, &errb, Options{}); code != ExitOK {
 		t.Fatalf("--help: exit %d", code)

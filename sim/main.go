@@ -300,19 +300,20 @@ func (st *startup) allocatePools() (int, bool) {
 }
 
 // profileHint is a simulator line for a launch whose weights do not fit
-// the profile's GPUs at all (a study of another model run on the default
-// profile: every trial fails the same way): which model and GPUs the
-// profile simulates, and that --sim-profile FILE simulates others. "" when
-// the weights fit.
+// the profile's GPUs at all, whatever the memory fraction (a study of
+// another model or GPU count run on the default profile: every trial fails
+// the same way): which model and GPUs the profile simulates, and that
+// --sim-profile FILE simulates others. "" when the weights fit some
+// fraction; a fraction too low for them is the study's to raise.
 func (st *startup) profileHint() string {
 	pl, p := st.pl, st.p
-	if pl.restGB > 0 {
+	per := p.Memory.WeightsGB / float64(pl.TP*pl.PP)
+	if pl.restGB > 0 || per+p.Memory.OverheadGB < p.Hardware.GPUMemGB {
 		return ""
 	}
-	per := p.Memory.WeightsGB / float64(pl.TP*pl.PP)
-	return fmt.Sprintf("[sim] profile %s simulates %s: %g GB of weights, %.1f GB per GPU with %d GPUs, more than %v of a %.1f GB GPU; "+
+	return fmt.Sprintf("[sim] profile %s simulates %s: %g GB of weights, %.1f GB per GPU with %d GPUs (and %.1f GB of overhead), more than a whole %.1f GB GPU; "+
 		"for another model or GPU count, write a profile and pass --sim-profile FILE (docs/simulator.md)",
-		p.Name, p.Description, p.Memory.WeightsGB, per, pl.TP*pl.PP, pl.MemFraction, p.Hardware.GPUMemGB)
+		p.Name, p.Description, p.Memory.WeightsGB, per, pl.TP*pl.PP, p.Memory.OverheadGB, p.Hardware.GPUMemGB)
 }
 
 // hasFault reports whether a matched fault rule has the effect kind.
