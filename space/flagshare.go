@@ -22,8 +22,12 @@ import (
 // combinations.
 
 // maxShareCombos bounds the combinations enumerated to decide whether two
-// params sharing a flag can be active together.
-const maxShareCombos = 100000
+// params sharing a flag can be active together, and maxShareTotal those
+// of all pairs of a study (a file of many params sharing one flag).
+const (
+	maxShareCombos = 100000
+	maxShareTotal  = 1000000
+)
 
 // emittedFlag is where a param writes one flag: the field the flag text is
 // in and the values that emit it.
@@ -134,6 +138,7 @@ func (d *dec) sharedFlags(st *Study) {
 	if len(emitted) != len(st.Params) {
 		return
 	}
+	budget := maxShareTotal
 	for j := range st.Params {
 		for _, flag := range slices.Sorted(func(yield func(string) bool) {
 			for f := range emitted[j] {
@@ -147,7 +152,7 @@ func (d *dec) sharedFlags(st *Study) {
 				if ei == nil {
 					continue
 				}
-				if both, decided := st.coEmit(i, j, flag); !decided || !both {
+				if both, decided := st.coEmit(i, j, flag, &budget); !decided || !both {
 					continue
 				}
 				other := fmt.Sprintf("params[%s]'s flag", st.Params[i].Name)
@@ -168,9 +173,10 @@ func (d *dec) sharedFlags(st *Study) {
 // with a value that emits flag (a setting), that passes the
 // constraints on params; decided is false when that cannot be told by
 // enumerating the params their when: conditions and the constraints read
-// (a continuous one, a condition that did not compile, or too many
-// combinations).
-func (st *Study) coEmit(i, j int, flag string) (both, decided bool) {
+// (a continuous one, a prediction, a condition that did not compile, or
+// more combinations than maxShareCombos or what is left of budget, which
+// it spends).
+func (st *Study) coEmit(i, j int, flag string, budget *int) (both, decided bool) {
 	index := map[string]int{}
 	for k, p := range st.Params {
 		index[p.Name] = k
@@ -190,9 +196,9 @@ func (st *Study) coEmit(i, j int, flag string) (both, decided bool) {
 		}
 	}
 	// The params the two conditions read, the ones those read, ..., and
-	// those of the constraints on any of them that can be evaluated here:
-	// on finite params, without predicted.* (nothing is predicted at
-	// load). Other constraints pass.
+	// those of the constraints on any of them. A constraint that cannot be
+	// evaluated here (on a continuous param, or on predicted.*: nothing is
+	// predicted at load) may be what keeps the two apart: undecided.
 	var cons []*Expr
 	used := make([]bool, len(st.constraints))
 	for {
@@ -212,13 +218,14 @@ func (st *Study) coEmit(i, j int, flag string) (both, decided bool) {
 				continue
 			}
 			used[c] = true
-			if !slices.ContainsFunc(e.Names(), func(n string) bool {
+			if slices.ContainsFunc(e.Names(), func(n string) bool {
 				k, ok := index[n]
 				return strings.HasPrefix(n, "predicted.") || ok && st.Params[k].values() == nil
 			}) {
-				cons = append(cons, e)
-				add(e.Names())
+				return false, false
 			}
+			cons = append(cons, e)
+			add(e.Names())
 		}
 		if len(queue) == 0 {
 			break
@@ -243,10 +250,11 @@ func (st *Study) coEmit(i, j int, flag string) (both, decided bool) {
 			}
 		}
 		combos *= len(domain[k]) + 1
-		if combos > maxShareCombos {
+		if combos > maxShareCombos || combos > *budget {
 			return false, false
 		}
 	}
+	*budget -= combos
 	var rec func(n int, p Params, onI, onJ bool) bool
 	rec = func(n int, p Params, onI, onJ bool) bool {
 		if n == len(order) {

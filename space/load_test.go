@@ -326,6 +326,12 @@ func TestLoadSharedFlagExclusive(t *testing.T) {
 		"continuous condition": "  - {name: mfc, type: float, low: 0.7, high: 0.9}\n" +
 			"  - {name: s1, type: int, low: 1, high: 3, flag: --speculative-num-steps, when: mfc < 0.8}\n" +
 			"  - {name: s2, type: int, low: 2, high: 4, flag: --speculative-num-steps, when: mfc >= 0.8}\n",
+		// A constraint on a continuous param keeps them apart: not
+		// decided at load either (it was read as passing, and refused).
+		"constraint on a continuous param": "  - {name: mfc, type: float, low: 0.7, high: 0.9}\n" +
+			"  - {name: c, type: categorical, choices: [x, y], values: {x: --chunked-prefill-size 4096, y: ''}}\n" +
+			"  - {name: d, type: bool, values: {true: --chunked-prefill-size 8192, false: ''}}\n" +
+			"constraints: [\"mfc > 2 or not (c == 'x' and d)\"]\n",
 		"nested conditions": "  - {name: s1, type: int, low: 1, high: 3, flag: --speculative-num-steps, when: speculative == 'EAGLE'}\n" +
 			"  - {name: t, type: bool, values: {false: --disable-cuda-graph}, when: speculative == 'none'}\n" +
 			"  - {name: s2, type: int, low: 2, high: 4, flag: --speculative-num-steps, when: t}\n",
