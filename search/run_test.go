@@ -281,16 +281,19 @@ func TestInterruptQueuesRerun(t *testing.T) {
 	}
 }
 
-// TestResumeTakesOverDeadOwner: a trial left RUNNING by a process that
-// died (kill -9) is ended as interrupted and re-run with its params.
-func TestResumeTakesOverDeadOwner(t *testing.T) {
-	st, store, _ := openFake(t, "trials: 6", "trials: 1")
+// deadOwnerTrial creates st's study and a RUNNING trial of it (ep, slots)
+// whose owner is a process of this host that has ended (kill -9).
+func deadOwnerTrial(t *testing.T, st *space.Study, store *storage.Store) (studyID, trialID int) {
+	t.Helper()
 	study, err := store.LoadOrCreateStudy(st.Name, goptuna.StudyDirectionMaximize, goptuna.StudyOptionStorage(store),
 		goptuna.StudyOptionLogger(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, _ := store.CreateNewTrial(study.ID)
+	id, err := store.CreateNewTrial(study.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
 	trial := &goptuna.Trial{Study: study, ID: id}
 	if _, err := trial.SuggestCategorical("ep", []string{"1", "4"}); err != nil {
 		t.Fatal(err)
@@ -305,6 +308,14 @@ func TestResumeTakesOverDeadOwner(t *testing.T) {
 	if err := store.SetTrialSystemAttr(id, storage.AttrOwner, fmt.Sprintf("%s:%d", hostname(), cmd.Process.Pid)); err != nil {
 		t.Fatal(err)
 	}
+	return study.ID, id
+}
+
+// TestResumeTakesOverDeadOwner: a trial left RUNNING by a process that
+// died (kill -9) is ended as interrupted and re-run with its params.
+func TestResumeTakesOverDeadOwner(t *testing.T) {
+	st, store, _ := openFake(t, "trials: 6", "trials: 1")
+	_, id := deadOwnerTrial(t, st, store)
 	dead, _ := store.GetTrial(id)
 
 	sum, err, _ := runFake(t, context.Background(), st, store, &fakeBackend{}, 1)
@@ -403,28 +414,9 @@ func TestStoppingTrialLeftoversKilled(t *testing.T) {
 
 	// A trial stored by a process that died stopping its server.
 	st, store, _ = openFake(t, "trials: 6", "trials: 1")
-	study, err := store.LoadOrCreateStudy(st.Name, goptuna.StudyDirectionMaximize, goptuna.StudyOptionStorage(store),
-		goptuna.StudyOptionLogger(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
+	studyID, id := deadOwnerTrial(t, st, store)
 	const uid = "0badf00d"
-	if err := store.SetStudySystemAttr(study.ID, storage.AttrUID, uid); err != nil {
-		t.Fatal(err)
-	}
-	id, _ := store.CreateNewTrial(study.ID)
-	trial := &goptuna.Trial{Study: study, ID: id}
-	if _, err := trial.SuggestCategorical("ep", []string{"1", "4"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := trial.SuggestStepInt("slots", 64, 512, 64); err != nil {
-		t.Fatal(err)
-	}
-	dead := exec.Command("true")
-	if err := dead.Run(); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.SetTrialSystemAttr(id, storage.AttrOwner, fmt.Sprintf("%s:%d", hostname(), dead.Process.Pid)); err != nil {
+	if err := store.SetStudySystemAttr(studyID, storage.AttrUID, uid); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.FinishTrial(id, storage.Finish{State: goptuna.TrialStateFail,
