@@ -338,6 +338,29 @@ func TestStatusNamesStaleTrial(t *testing.T) {
 	}
 }
 
+// A trial stored before its server stopped, whose process then died, is
+// named with what the next run does about its server.
+func TestStatusNamesDeadStoppingTrial(t *testing.T) {
+	db := seedStudy(t, t.TempDir(), rankingTrials, nil)
+	proc := exec.Command("true")
+	if err := proc.Run(); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	owner := fmt.Sprintf("%s:%d", host, proc.Process.Pid)
+	id := addRunning(t, db, owner)
+	st, _ := openSeeded(t, db)
+	if err := st.FinishTrial(id, storage.Finish{State: goptuna.TrialStateFail,
+		Attrs: map[string]string{storage.AttrState: search.StateFailed, storage.AttrStopping: "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	code, out := cli(t, nil, nil, "status", "--storage", db)
+	want := "stopping: trial 3's process " + owner + " ended before its server stopped; the next run kills what the server left\n"
+	if code != 0 || !strings.Contains(out, want) {
+		t.Errorf("status: exit %d, want %q:\n%s", code, want, out)
+	}
+}
+
 // The command best and run print runs when pasted into a shell: a JSON
 // value is quoted and vLLM's model is positional, as the launcher runs it.
 func TestCommandLinePastes(t *testing.T) {

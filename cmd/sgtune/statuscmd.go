@@ -194,6 +194,18 @@ func statusText(d *studyData, now time.Time) string {
 		}
 		fmt.Fprintln(&b)
 	}
+	for _, r := range d.recs {
+		// Stored before its server stopped (search.Record.Stopping): the
+		// stop is under way, or its process died before it ended.
+		if !r.Stopping || r.State == search.StateRunning {
+			continue
+		}
+		if search.OwnerLive(r.Owner, host) == search.LiveNo {
+			fmt.Fprintf(&b, "stopping: trial %d's process %s ended before its server stopped; the next run kills what the server left\n", r.Number, r.Owner)
+		} else {
+			fmt.Fprintf(&b, "stopping: trial %d's server (its GPUs are released when it has stopped)\n", r.Number)
+		}
+	}
 	fmt.Fprintf(&b, "best: %s\n", d.bestLine())
 	return b.String()
 }
