@@ -142,6 +142,17 @@ type runner struct {
 	confirming bool
 }
 
+// interruptedBefore is what Run returns when a step before the first trial
+// failed: an interrupt when Ctrl-C cut it short (checking the GPUs or the
+// Slurm cluster takes the run's context), else err.
+func (r *runner) interruptedBefore(ctx context.Context, err error) (Summary, error) {
+	if ctx.Err() != nil {
+		r.sum.Interrupted = true
+		return r.sum, nil
+	}
+	return r.sum, err
+}
+
 // Run runs (or resumes) the study until its budget is spent, its timeout
 // passes, or ctx is cancelled (first Ctrl-C: the running trial is ended
 // cleanly and queued again for the next run).
@@ -155,7 +166,7 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		return r.sum, err
 	}
 	if err := r.open(ctx, target); err != nil {
-		return r.sum, err
+		return r.interruptedBefore(ctx, err)
 	}
 	if err := r.resume(); err != nil {
 		return r.sum, err
@@ -165,7 +176,7 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 			break // the GPUs are Slurm's, on other hosts
 		}
 		if err := launcher.CheckGPUsFree(ctx, g); err != nil {
-			return r.sum, fmt.Errorf("GPU group %s: %w", gpuList(g), err)
+			return r.interruptedBefore(ctx, fmt.Errorf("GPU group %s: %w", gpuList(g), err))
 		}
 	}
 	waiting, err := r.waiting()

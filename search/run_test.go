@@ -1581,3 +1581,24 @@ func TestDiedStopping(t *testing.T) {
 		}
 	}
 }
+
+// Ctrl-C while the run checks its GPUs (nvidia-smi takes the run's
+// context) is an interrupt, not a failure of the check (exit 1).
+func TestCtrlCDuringGPUCheck(t *testing.T) {
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte("#!/bin/sh\nexec sleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	st, store, _ := openFake(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	b := &fakeBackend{}
+	sum, err, _ := runFake(t, ctx, st, store, b, 1)
+	if err != nil || !sum.Interrupted {
+		t.Fatalf("Ctrl-C during the GPU check: interrupted %v, error %v; want an interrupt and no error", sum.Interrupted, err)
+	}
+	if len(b.launches) != 0 {
+		t.Errorf("%d launches after Ctrl-C", len(b.launches))
+	}
+}
