@@ -182,8 +182,11 @@ func (a *app) printSummary(st *space.Study, sum search.Summary, read, note strin
 	if sum.Confirmations > 0 {
 		confirms = fmt.Sprintf(" and measured the top configs again %d time(s)", sum.Confirmations)
 	}
-	fmt.Fprintf(a.stdout, "\nstudy %s: %d trials stored (%s); this run launched %d%s\n",
-		st.Name, len(sum.Records), strings.Join(parts, ", "), sum.Launched, confirms)
+	stored := fmt.Sprintf("%d trials stored", len(sum.Records))
+	if len(parts) > 0 {
+		stored += " (" + strings.Join(parts, ", ") + ")"
+	}
+	fmt.Fprintf(a.stdout, "\nstudy %s: %s; this run launched %d%s\n", st.Name, stored, sum.Launched, confirms)
 	if sum.Best == nil {
 		fmt.Fprintf(a.stdout, "no trial met the score's SLO and gates yet; see `sgtune status%s` for the reasons\n%s", read, note)
 		return
