@@ -320,16 +320,22 @@ func TestStatusBadInput(t *testing.T) {
 	}
 }
 
-// Plain status tells a trial left running by a dead process (kill -9 of
-// the run) from one that runs, as status --watch does.
-func TestStatusNamesStaleTrial(t *testing.T) {
-	db := seedStudy(t, t.TempDir(), rankingTrials, nil)
+// deadOwner is a trial owner ("host:pid") whose process has ended.
+func deadOwner(t *testing.T) string {
+	t.Helper()
 	proc := exec.Command("true")
 	if err := proc.Run(); err != nil {
 		t.Fatal(err)
 	}
 	host, _ := os.Hostname()
-	owner := fmt.Sprintf("%s:%d", host, proc.Process.Pid)
+	return fmt.Sprintf("%s:%d", host, proc.Process.Pid)
+}
+
+// Plain status tells a trial left running by a dead process (kill -9 of
+// the run) from one that runs, as status --watch does.
+func TestStatusNamesStaleTrial(t *testing.T) {
+	db := seedStudy(t, t.TempDir(), rankingTrials, nil)
+	owner := deadOwner(t)
 	addRunning(t, db, owner)
 	code, out := cli(t, nil, nil, "status", "--storage", db)
 	want := "stale: trial 3 was left running by process " + owner + ", which has ended; the next run re-runs it\n"
@@ -342,12 +348,7 @@ func TestStatusNamesStaleTrial(t *testing.T) {
 // named with what the next run does about its server.
 func TestStatusNamesDeadStoppingTrial(t *testing.T) {
 	db := seedStudy(t, t.TempDir(), rankingTrials, nil)
-	proc := exec.Command("true")
-	if err := proc.Run(); err != nil {
-		t.Fatal(err)
-	}
-	host, _ := os.Hostname()
-	owner := fmt.Sprintf("%s:%d", host, proc.Process.Pid)
+	owner := deadOwner(t)
 	id := addRunning(t, db, owner)
 	st, _ := openSeeded(t, db)
 	if err := st.FinishTrial(id, storage.Finish{State: goptuna.TrialStateFail,
