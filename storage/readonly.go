@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/mattn/go-sqlite3"
 )
@@ -56,18 +54,14 @@ func cannotWrite(err error) bool {
 }
 
 func openSQLiteReadOnly(p string) (*Store, error) {
-	q := url.Values{}
+	q := dsnQuery(false) // the read pool's, on a file opened read-only
 	q.Set("mode", "ro")
-	q.Set("_query_only", "on")
-	q.Set("_txlock", "deferred")
-	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
 	frozen := false
 	if _, err := os.Stat(p + "-wal"); errors.Is(err, fs.ErrNotExist) {
 		q.Set("immutable", "1")
 		frozen = true
 	}
-	r := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
-	db, err := sql.Open("sqlite3", "file:"+r.Replace(p)+"?"+q.Encode())
+	db, err := sql.Open("sqlite3", sqliteURI(p, q))
 	if err != nil {
 		return nil, fmt.Errorf("storage: open %s: %w", p, err)
 	}

@@ -179,9 +179,21 @@ func ParsePath(arg string) (string, error) {
 	return arg, nil
 }
 
-// dsn builds the mattn/go-sqlite3 DSN for a file. The path is escaped as a
-// SQLite URI so names with '?', '#' or '%' work.
+// dsn builds the mattn/go-sqlite3 DSN for a file, for the write
+// connection or the read pool.
 func dsn(path string, write bool) string {
+	return sqliteURI(path, dsnQuery(write))
+}
+
+// sqliteURI is the SQLite URI of a file with query q. The path is escaped
+// so names with '?', '#' or '%' work.
+func sqliteURI(path string, q url.Values) string {
+	r := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
+	return "file:" + r.Replace(path) + "?" + q.Encode()
+}
+
+// dsnQuery is the query of dsn.
+func dsnQuery(write bool) url.Values {
 	q := url.Values{}
 	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
 	q.Set("_foreign_keys", "on")
@@ -195,8 +207,7 @@ func dsn(path string, write bool) string {
 		q.Set("_txlock", "deferred")
 		q.Set("_query_only", "on")
 	}
-	r := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
-	return "file:" + r.Replace(path) + "?" + q.Encode()
+	return q
 }
 
 // init checks the file is an SQLite database in WAL mode and migrates it.
