@@ -150,7 +150,8 @@ func (a *app) finish(st *space.Study, sum search.Summary, store *storage.Store, 
 	if errext.Code(runErr) == errext.BadInput {
 		return runErr
 	}
-	a.printSummary(st, sum, a.readCommand(store, storagePath, st.Name), a.passwordNote(storagePath))
+	read, note := a.readCommand(store, storagePath, st.Name)
+	a.printSummary(st, sum, read, note)
 	if runErr != nil {
 		return runErr
 	}
@@ -162,7 +163,7 @@ func (a *app) finish(st *space.Study, sum search.Summary, store *storage.Store, 
 
 // printSummary prints what the run did; read is the reading command's
 // arguments for this study (see readCommand), for the hints it ends with,
-// and note the line that follows them (see passwordNote).
+// and note the line that follows them.
 func (a *app) printSummary(st *space.Study, sum search.Summary, read, note string) {
 	counts := map[string]int{}
 	for _, r := range sum.Records {
@@ -201,35 +202,30 @@ func (a *app) printSummary(st *space.Study, sum search.Summary, read, note strin
 	fmt.Fprintf(a.stdout, "export it with: sgtune export%s --format bash -o best-launch.sh\n%s", read, note)
 }
 
-// passwordNote is the line that follows hints whose --storage lost its
-// password (see readCommand); "" when none did.
-func (a *app) passwordNote(storagePath string) string {
-	if _, hidden := storage.WithoutPassword(storagePath); !hidden || storagePath == a.getenv("SGTUNE_STORAGE") {
-		return ""
-	}
-	return "(the storage URL's password is left out of these commands: they read it from $PGPASSWORD or ~/.pgpass)\n"
-}
-
 // readCommand is what a reading command (status, export) needs to find the
 // study just run, as words to paste after it: --storage unless the command
 // reads that storage without it ($SGTUNE_STORAGE, else sgtune.db), and
 // --study when the storage holds other studies too (or cannot list them).
 // Each word is quoted where a shell needs it. A PostgreSQL URL's password
 // is left out (hints end up in logs and scrollback): the pasted command
-// reads it from $PGPASSWORD or ~/.pgpass (see passwordNote).
-func (a *app) readCommand(store *storage.Store, storagePath, study string) string {
+// reads it from $PGPASSWORD or ~/.pgpass, as note (the line to print after
+// the hints; "" when no password was left out) says.
+func (a *app) readCommand(store *storage.Store, storagePath, study string) (read, note string) {
 	var words []string
 	if storagePath != cmp.Or(a.getenv("SGTUNE_STORAGE"), "sgtune.db") {
-		public, _ := storage.WithoutPassword(storagePath)
+		public, hidden := storage.WithoutPassword(storagePath)
 		words = append(words, "--storage", public)
+		if hidden {
+			note = "(the storage URL's password is left out of these commands: they read it from $PGPASSWORD or ~/.pgpass)\n"
+		}
 	}
 	if names, err := store.StudyNames(); err != nil || len(names) != 1 {
 		words = append(words, "--study", study)
 	}
 	if len(words) == 0 {
-		return ""
+		return "", note
 	}
-	return " " + shell.Join(words)
+	return " " + shell.Join(words), note
 }
 
 // exactArgs is cobra.ExactArgs with bad input mapped to exit code 2.

@@ -853,10 +853,11 @@ func TestReadCommand(t *testing.T) {
 			}
 			return ""
 		}}
-		if got := a.readCommand(st, tc.path, "rescore"); got != tc.want {
+		got, note := a.readCommand(st, tc.path, "rescore")
+		if got != tc.want {
 			t.Errorf("storage %q, $SGTUNE_STORAGE %q: %q, want %q", tc.path, tc.env, got, tc.want)
 		}
-		if note := a.passwordNote(tc.path); (note != "") != strings.Contains(tc.path, "s3cret") {
+		if (note != "") != strings.Contains(tc.path, "s3cret") {
 			t.Errorf("storage %q: password note %q", tc.path, note)
 		}
 	}
@@ -864,8 +865,8 @@ func TestReadCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := &app{getenv: func(string) string { return "" }}
-	if got, want := a.readCommand(st, "sgtune.db", "rescore"), " --study rescore"; got != want {
-		t.Errorf("two studies: %q, want %q", got, want)
+	if got, _ := a.readCommand(st, "sgtune.db", "rescore"); got != " --study rescore" {
+		t.Errorf("two studies: %q, want %q", got, " --study rescore")
 	}
 }
 

@@ -76,7 +76,8 @@ func (a *app) bestCmd() *cobra.Command {
 			defer d.store.Close()
 			b, ok := d.best()
 			if !ok {
-				return fmt.Errorf("study %s has no complete trial that meets its SLO and gates yet (%d trials; see `sgtune status%s`)", d.name, len(d.recs), a.readCommand(d.store, sf.storage, d.name))
+				read, _ := a.readCommand(d.store, sf.storage, d.name)
+				return fmt.Errorf("study %s has no complete trial that meets its SLO and gates yet (%d trials; see `sgtune status%s`)", d.name, len(d.recs), read)
 			}
 			if asJSON {
 				doc := struct {
