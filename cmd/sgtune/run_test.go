@@ -316,17 +316,7 @@ func TestInterruptAndResume(t *testing.T) {
 	study := writeFile(t, dir, "s.yaml", studyYAML("resume", 100, fmt.Sprintf(twoParams, 3)))
 	db := filepath.Join(dir, "s.db")
 
-	sig := make(chan os.Signal, 1)
-	w := &lineWatch{pattern: "trial 1 ready", hit: make(chan struct{})}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		select {
-		case <-w.hit:
-			sig <- syscall.SIGINT
-		case <-time.After(2 * time.Minute):
-		}
-	}()
+	sig, w, done := interruptOn("trial 1 ready", 1, 0)
 	code, out := cli(t, sig, w, "run", study, "--storage", db)
 	<-done
 	if code != exitInterrupted {
@@ -366,6 +356,28 @@ func states(recs []search.Record) []string {
 }
 
 // lineWatch closes hit when a written line contains pattern.
+// interruptOn returns, for cli, a signal channel and an output watch that
+// send n SIGINTs (Ctrl-C) after a pause once the output shows pattern, or
+// nothing if it does not within 2 minutes; done is closed when the sender
+// has ended.
+func interruptOn(pattern string, n int, after time.Duration) (sig chan os.Signal, w *lineWatch, done <-chan struct{}) {
+	sig = make(chan os.Signal, n)
+	w = &lineWatch{pattern: pattern, hit: make(chan struct{})}
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		select {
+		case <-w.hit:
+			time.Sleep(after)
+			for range n {
+				sig <- syscall.SIGINT
+			}
+		case <-time.After(2 * time.Minute):
+		}
+	}()
+	return sig, w, ended
+}
+
 type lineWatch struct {
 	mu      sync.Mutex
 	buf     bytes.Buffer
@@ -615,18 +627,10 @@ func TestSecondInterruptTearsDown(t *testing.T) {
 	dir := t.TempDir()
 	study := writeFile(t, dir, "s.yaml", studyYAML("abort", 100, fmt.Sprintf(twoParams, 2)))
 	db := filepath.Join(dir, "s.db")
-	sig := make(chan os.Signal, 2)
-	w := &lineWatch{pattern: "trial 0 ready", hit: make(chan struct{})}
-	go func() {
-		select {
-		case <-w.hit:
-			sig <- syscall.SIGINT
-			sig <- syscall.SIGINT
-		case <-time.After(2 * time.Minute):
-		}
-	}()
+	sig, w, done := interruptOn("trial 0 ready", 2, 0)
 	start := time.Now()
 	code, out := cli(t, sig, w, "run", study, "--storage", db)
+	<-done
 	if code != exitInterrupted {
 		t.Fatalf("exit %d, want %d\n%s", code, exitInterrupted, out)
 	}
@@ -883,18 +887,7 @@ func TestInterruptCutsRequestsNotFails(t *testing.T) {
 	body := strings.Replace(studyYAML("cut", 20, fmt.Sprintf(twoParams, 1)), "max_tokens: 32", "max_tokens: 4000", 1)
 	study := writeFile(t, dir, "s.yaml", body)
 	db := filepath.Join(dir, "s.db")
-	sig := make(chan os.Signal, 1)
-	w := &lineWatch{pattern: "trial 0   C8 r1", hit: make(chan struct{})}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		select {
-		case <-w.hit:
-			time.Sleep(300 * time.Millisecond)
-			sig <- syscall.SIGINT
-		case <-time.After(2 * time.Minute):
-		}
-	}()
+	sig, w, done := interruptOn("trial 0   C8 r1", 1, 300*time.Millisecond)
 	code, out := cli(t, sig, w, "run", study, "--storage", db)
 	<-done
 	if code != exitInterrupted {
