@@ -3,6 +3,7 @@ package space
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -45,13 +46,7 @@ type emittedFlag struct {
 func (d *dec) emittedFlags(st *Study, p *Param, m *mapNode) map[string]*emittedFlag {
 	out := map[string]*emittedFlag{}
 	vals := d.sampleValues(p)
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range p.Values {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, k := range slices.Sorted(maps.Keys(p.Values)) {
 		if !slices.Contains(vals, k) {
 			vals = append(vals, k)
 		}
@@ -140,13 +135,7 @@ func (d *dec) sharedFlags(st *Study) {
 	}
 	budget := maxShareTotal
 	for j := range st.Params {
-		for _, flag := range slices.Sorted(func(yield func(string) bool) {
-			for f := range emitted[j] {
-				if !yield(f) {
-					return
-				}
-			}
-		}) {
+		for _, flag := range slices.Sorted(maps.Keys(emitted[j])) {
 			for i := range j {
 				ei, ej := emitted[i][flag], emitted[j][flag]
 				if ei == nil {
@@ -231,13 +220,7 @@ func (st *Study) coEmit(i, j int, flag string, budget *int) (both, decided bool)
 			break
 		}
 	}
-	order := slices.Sorted(func(yield func(int) bool) {
-		for k := range inSet {
-			if !yield(k) {
-				return
-			}
-		}
-	})
+	order := slices.Sorted(maps.Keys(inSet))
 	// domain is what k may take: every value where a condition reads it,
 	// else one stand-in (i or j unread: some value of it emits the flag).
 	domain := map[int][]any{}
