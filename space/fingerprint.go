@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -57,14 +56,9 @@ func (s *Study) Fingerprint() (map[string]string, error) {
 		if p.Type == "bool" {
 			values = []string{"true", "false"}
 		}
-		for _, v := range slices.Sorted(maps.Keys(p.Values)) {
-			if !slices.Contains(values, v) {
-				values = append(values, v)
-			}
-		}
 		// A value counts by the words it passes the engine: its values:
 		// text, or its flag as the schema writes it (a switch's negation).
-		for _, v := range values {
+		for _, v := range p.withValuesKeys(values) {
 			words, err := p.emit(v)
 			if err != nil {
 				return nil, fmt.Errorf("fingerprint params.%s[%s]: %w", p.Name, v, err)

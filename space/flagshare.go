@@ -45,13 +45,7 @@ type emittedFlag struct {
 // does not take is most often one given another param's flag by mistake).
 func (d *dec) emittedFlags(st *Study, p *Param, m *mapNode) map[string]*emittedFlag {
 	out := map[string]*emittedFlag{}
-	vals := d.sampleValues(p)
-	for _, k := range slices.Sorted(maps.Keys(p.Values)) {
-		if !slices.Contains(vals, k) {
-			vals = append(vals, k)
-		}
-	}
-	for _, v := range vals {
+	for _, v := range p.withValuesKeys(d.sampleValues(p)) {
 		words, err := p.emit(v)
 		if err != nil {
 			continue

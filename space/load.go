@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -915,6 +916,18 @@ func (d *dec) valueNodes(p *Param, m *mapNode) map[string]flagNode {
 		}
 	}
 	return out
+}
+
+// withValuesKeys returns vals followed by the keys of p's values: mapping
+// that vals lacks, in sorted order: every value whose words a study can
+// pass the engine.
+func (p *Param) withValuesKeys(vals []string) []string {
+	for _, k := range slices.Sorted(maps.Keys(p.Values)) {
+		if !slices.Contains(vals, k) {
+			vals = append(vals, k)
+		}
+	}
+	return vals
 }
 
 // mappingKey names the field an emitted value came from, for messages.
