@@ -80,6 +80,11 @@ type Failure struct {
 	// classified (the wait for its last output included); 0 when the
 	// process did not exit on its own.
 	Detected time.Duration
+	// LogErr is the first error writing or closing the log file
+	// (Spec.LogPath), which then lacks the lines after it; set on the
+	// failures Start and StartSlurm return (a running server's is its
+	// LogErr).
+	LogErr error
 }
 
 // Error returns the class, followed by the underlying error when there is one.
@@ -193,6 +198,11 @@ func (s *Server) eng() *engine.Engine {
 // LogTail returns the last n log lines (redacted).
 func (s *Server) LogTail(n int) string { return s.sink.Tail(n) }
 
+// LogErr returns the first error writing or closing the log file
+// (Spec.LogPath), nil when there was none: the file lacks the lines after
+// it, while the server and LogTail go on. It is final once Stop returned.
+func (s *Server) LogErr() error { return s.sink.logErr() }
+
 // Exited is closed when the server process has exited and Failure is final.
 func (s *Server) Exited() <-chan struct{} { return s.exited }
 
@@ -273,10 +283,21 @@ func Start(ctx context.Context, spec Spec) (*Server, error) {
 	s.sink = newLineSink(out, red, s.eng())
 	path, err := exec.LookPath(spec.Argv[0])
 	if err != nil {
-		return nil, s.cannotRun(err)
+		return nil, withLogErr(s.cannotRun(err), s.sink)
 	}
 	s.baseline = gpuBaseline(ctx, spec.GPUs)
-	return s.attempts(ctx, path)
+	srv, err := s.attempts(ctx, path)
+	return srv, withLogErr(err, s.sink)
+}
+
+// withLogErr sets the log's error on the Failure in err, once Start closed
+// the log: a failed start's log is often what the user reads next.
+func withLogErr(err error, sink *lineSink) error {
+	var f *Failure
+	if errors.As(err, &f) {
+		f.LogErr = sink.logErr()
+	}
+	return err
 }
 
 // startContext returns ctx, also canceled with the cause ErrAborted when
@@ -738,12 +759,11 @@ func (s *Server) release(ctx context.Context) error {
 	return err
 }
 
+// closeLog closes the log file; its error is kept as LogErr's.
 func (s *Server) closeLog() {
 	if s.logFile != nil {
-		s.sink.mu.Lock()
-		_ = s.logFile.Close()
-		s.sink.out = nil
-		s.sink.mu.Unlock()
+		s.sink.closeOut(s.logFile)
+		s.logFile = nil // a second close would report os.ErrClosed
 	}
 }
 

@@ -284,6 +284,53 @@ func TestCrashAfterReady(t *testing.T) {
 	}
 }
 
+// TestLogWriteErrorKept: a server whose log cannot be written (a full
+// disk: /dev/full) starts, serves and stops as usual, and the error is
+// kept where the caller reads it: LogErr after Stop, Failure.LogErr for a
+// failed start. Before, the log stopped with no word anywhere.
+func TestLogWriteErrorKept(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full")
+	}
+	t.Run("ready server", func(t *testing.T) {
+		spec := helperSpec(t, "ok")
+		spec.LogPath = "/dev/full"
+		srv, err := Start(context.Background(), spec)
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		killGroup(t, srv.PID)
+		if err := srv.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+		if f := srv.Failure(); f != nil {
+			t.Errorf("Failure after clean stop = %v", f)
+		}
+		if err := srv.LogErr(); !errors.Is(err, syscall.ENOSPC) {
+			t.Errorf("LogErr = %v, want ENOSPC", err)
+		}
+		if !strings.Contains(srv.LogTail(1000), engine.SGLang.ReadyLine) {
+			t.Error("the tail lost the log's lines")
+		}
+	})
+	t.Run("failed start", func(t *testing.T) {
+		spec := helperSpec(t, "ima")
+		spec.LogPath = "/dev/full"
+		srv, err := Start(context.Background(), spec)
+		if srv != nil {
+			killGroup(t, srv.PID)
+			t.Fatal("Start succeeded")
+		}
+		var f *Failure
+		if !errors.As(err, &f) || f.Class != engine.ClassIllegalMemoryAccess {
+			t.Fatalf("error %v, want an %s failure", err, engine.ClassIllegalMemoryAccess)
+		}
+		if !errors.Is(f.LogErr, syscall.ENOSPC) {
+			t.Errorf("Failure.LogErr = %v, want ENOSPC", f.LogErr)
+		}
+	})
+}
+
 func TestStopEscalatesToSIGKILL(t *testing.T) {
 	spec := helperSpec(t, "ignore-term")
 	spec.Grace = 300 * time.Millisecond

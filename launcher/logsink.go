@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"bytes"
+	"fmt"
 
 	"github.com/sgtune/sgtune/engine"
 
@@ -72,6 +73,8 @@ type lineSink struct {
 	after    int       // lines still to append to match.lines
 	onReady  func()    // called once, without mu held, when the ready line arrives
 	onLine   func(string)
+	// writeErr is the first error writing or closing the log file; no
+	// line is written after it (the tail and the parsers go on).
 	writeErr error
 }
 
@@ -174,7 +177,9 @@ func (s *lineSink) lineLocked(raw string) bool {
 
 func (s *lineSink) lineRawLocked(line string) bool {
 	if s.out != nil && s.writeErr == nil {
-		_, s.writeErr = io.WriteString(s.out, line)
+		if _, err := io.WriteString(s.out, line); err != nil {
+			s.writeErr = fmt.Errorf("launcher: write log: %w", err)
+		}
 	}
 	text := engine.LastFrame(line) // tqdm redraws with \r: the tail and parsers keep the last frame
 	if s.after > 0 && s.match != nil {
@@ -209,6 +214,26 @@ func (s *lineSink) lineRawLocked(line string) bool {
 		s.onLine(text)
 	}
 	return !wasReady && s.facts.Ready()
+}
+
+// closeOut closes the log file f and stops writing to it; a failed close
+// (buffered data lost on a network filesystem, say) is the log's error
+// unless a write failed first.
+func (s *lineSink) closeOut(f io.Closer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := f.Close(); err != nil && s.writeErr == nil {
+		s.writeErr = fmt.Errorf("launcher: close log: %w", err)
+	}
+	s.out = nil
+}
+
+// logErr returns the first error writing or closing the log file, nil
+// when there was none.
+func (s *lineSink) logErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writeErr
 }
 
 // lastLocked returns up to n most recent lines, oldest first.

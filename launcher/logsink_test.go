@@ -4,6 +4,7 @@ import (
 	"github.com/sgtune/sgtune/engine"
 
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -170,4 +171,66 @@ func sig(class string) *engine.Signature {
 		}
 	}
 	panic("no signature " + class)
+}
+
+// failingLog is a log file that takes n bytes, then fails every write; its
+// Close returns closeErr.
+type failingLog struct {
+	n        int
+	buf      bytes.Buffer
+	closeErr error
+}
+
+var (
+	errDiskFull = errors.New("no space left on device")
+	errStaleNFS = errors.New("stale file handle")
+)
+
+func (f *failingLog) Write(p []byte) (int, error) {
+	if f.buf.Len()+len(p) > f.n {
+		return 0, errDiskFull
+	}
+	return f.buf.Write(p)
+}
+
+func (f *failingLog) Close() error { return f.closeErr }
+
+// TestSinkLogErr: the first failed write or close of the log file is kept
+// for the caller (before, a write error stopped the log silently and a
+// close error was dropped), and the tail goes on after it.
+func TestSinkLogErr(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		n        int // bytes the log takes
+		closeErr error
+		want     error // nil: no error
+		wantText string
+	}{
+		{name: "whole log", n: 1 << 20},
+		{name: "disk full mid-trial", n: 20, want: errDiskFull, wantText: "launcher: write log: "},
+		{name: "close fails", n: 1 << 20, closeErr: errStaleNFS, want: errStaleNFS, wantText: "launcher: close log: "},
+		{name: "the write error is kept over the close's", n: 20, closeErr: errStaleNFS, want: errDiskFull, wantText: "launcher: write log: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &failingLog{n: tc.n, closeErr: tc.closeErr}
+			s := newLineSink(f, newRedactor(nil), engine.SGLang)
+			for i := range 5 {
+				fmt.Fprintf(s, "line %d\n", i)
+			}
+			s.closeOut(f)
+			err := s.logErr()
+			if tc.want == nil {
+				if err != nil {
+					t.Errorf("logErr = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.want) || !strings.HasPrefix(fmt.Sprint(err), tc.wantText) {
+				t.Errorf("logErr = %v, want %q wrapping %v", err, tc.wantText, tc.want)
+			}
+			if got := s.Tail(1); got != "line 4" {
+				t.Errorf("tail ends %q after the log failed, want line 4", got)
+			}
+		})
+	}
 }

@@ -425,7 +425,7 @@ func (s *SlurmServer) eng() *engine.Engine {
 // a job Slurm itself ended (node failure, preemption, a foreign scancel)
 // or a failing sbatch give a plain error: nothing about the config. When
 // ctx ends first the job is cancelled and the error wraps ctx's error.
-func StartSlurm(ctx context.Context, spec Spec, opt SlurmOptions) (*SlurmServer, error) {
+func StartSlurm(ctx context.Context, spec Spec, opt SlurmOptions) (_ *SlurmServer, err error) {
 	ctx, cancelStart := context.WithCancelCause(ctx)
 	defer cancelStart(nil)
 	if spec.Abort != nil {
@@ -483,6 +483,7 @@ func StartSlurm(ctx context.Context, spec Spec, opt SlurmOptions) (*SlurmServer,
 		s.dir = d
 	}
 	s.sink = newLineSink(out, red, s.eng())
+	defer func() { err = withLogErr(err, s.sink) }() // every failure below closed the log
 
 	timeout := spec.StartupTimeout
 	if timeout <= 0 {
@@ -815,6 +816,10 @@ func (s *SlurmServer) Exited() <-chan struct{} { return s.exited }
 // LogTail returns the last n log lines (redacted).
 func (s *SlurmServer) LogTail(n int) string { return s.sink.Tail(n) }
 
+// LogErr returns the first error writing or closing the log file
+// (Spec.LogPath), nil when there was none; final once Stop returned.
+func (s *SlurmServer) LogErr() error { return s.sink.logErr() }
+
 // Failure classifies how the job ended; nil while it runs (unless
 // MarkHang was called) or after a clean Stop.
 func (s *SlurmServer) Failure() *Failure {
@@ -931,13 +936,12 @@ func (s *SlurmServer) cleanup() {
 	}
 }
 
+// closeLog flushes and closes the log file; its error is kept as LogErr's.
 func (s *SlurmServer) closeLog() {
 	s.sink.flush()
 	if s.logFile != nil {
-		s.sink.mu.Lock()
-		_ = s.logFile.Close()
-		s.sink.out = nil
-		s.sink.mu.Unlock()
+		s.sink.closeOut(s.logFile)
+		s.logFile = nil // a second close would report os.ErrClosed
 	}
 }
 

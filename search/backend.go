@@ -67,6 +67,10 @@ type process struct {
 
 func (p *process) Facts() engine.Facts { return p.srv.Facts }
 
+// LogErr is the error that cut the server's log short (launcher's
+// Server.LogErr).
+func (p *process) LogErr() error { return p.srv.LogErr() }
+
 // Failure is how the server failed so far (nil while it runs).
 func (p *process) Failure() *launcher.Failure { return p.srv.Failure() }
 

@@ -2,12 +2,15 @@ package search
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/sgtune/sgtune/engine"
+	"github.com/sgtune/sgtune/launcher"
 	"github.com/sgtune/sgtune/storage"
 )
 
@@ -123,5 +126,69 @@ func TestStudyLogDirWithoutHardLinks(t *testing.T) {
 	}
 	if again, err := studyLogDir(base, "s", "bbbb", false); err != nil || again != filepath.Join(base, "s-bbbb") {
 		t.Errorf("another study: %s, %v", again, err)
+	}
+}
+
+// startFailBackend fails every start with an OOM whose log could not be
+// written either.
+type startFailBackend struct{ logErr error }
+
+func (b startFailBackend) Start(context.Context, launcher.Spec) (Running, error) {
+	return nil, &launcher.Failure{Class: engine.ClassOOM, ExitCode: 1, Reason: "torch.OutOfMemoryError", LogErr: b.logErr}
+}
+
+// TestLogErrorReported: a trial whose server log could not be written (a
+// full disk) keeps its outcome, and the user learns it: a line naming the
+// trial and the log, and the error stored on the trial. Before, the log
+// just stopped, with no word anywhere.
+func TestLogErrorReported(t *testing.T) {
+	logErr := fmt.Errorf("launcher: write log: %w", syscall.ENOSPC)
+	for _, tc := range []struct {
+		name  string
+		b     Backend
+		state string
+	}{
+		{"measured", &fakeBackend{logErr: logErr}, StateComplete},
+		{"crashed", &fakeBackend{logErr: logErr, crash: func(string) *launcher.Failure {
+			return &launcher.Failure{Class: engine.ClassIllegalMemoryAccess, ExitCode: 1, Reason: "CUDA error"}
+		}}, StateFailed},
+		{"failed start", startFailBackend{logErr: logErr}, StateFailed},
+		{"whole log", &fakeBackend{}, StateComplete},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, store, _ := openFake(t, "trials: 6,", "trials: 2,")
+			sum, err, evs := runFake(t, context.Background(), st, store, tc.b, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(sum.Records) == 0 {
+				t.Fatal("no trials")
+			}
+			for _, r := range sum.Records {
+				if r.State != tc.state {
+					t.Errorf("trial %d is %s, want %s", r.Number, r.State, tc.state)
+				}
+				want := ""
+				if tc.name != "whole log" {
+					want = logErr.Error()
+				}
+				if r.LogError != want {
+					t.Errorf("trial %d: stored log error %q, want %q", r.Number, r.LogError, want)
+				}
+				var lines []string
+				for _, ev := range evs {
+					if ev.Kind == EventNote && ev.Trial == r.Number && strings.Contains(ev.Text, "server log") {
+						lines = append(lines, ev.Text)
+					}
+				}
+				switch {
+				case want == "" && len(lines) > 0:
+					t.Errorf("trial %d: warned of a whole log: %q", r.Number, lines)
+				case want != "" && (len(lines) != 1 || !strings.Contains(lines[0], fmt.Sprintf("trial %d ", r.Number)) ||
+					!strings.Contains(lines[0], r.LogPath) || !strings.Contains(lines[0], "no space left on device")):
+					t.Errorf("trial %d: warning lines %q, want one naming the trial, %s and the error", r.Number, lines, r.LogPath)
+				}
+			}
+		})
 	}
 }

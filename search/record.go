@@ -80,6 +80,9 @@ type Record struct {
 	Facts        json.RawMessage        `json:"facts,omitempty"`
 	Result       json.RawMessage        `json:"result,omitempty"`
 	LogPath      string                 `json:"log_path,omitempty"`
+	// LogError says why the log at LogPath lacks lines (a failed write or
+	// close); "" when it is whole.
+	LogError string `json:"log_error,omitempty"`
 	// Launching: the trial claimed its config to launch (storage's
 	// ClaimConfig; a running trial with it runs that config, or is about
 	// to).
@@ -136,6 +139,7 @@ func decode(t goptuna.FrozenTrial) Record {
 		Reason:       ua[storage.AttrReason],
 		GPUs:         ua[storage.AttrGPUs],
 		LogPath:      ua[storage.AttrLogPath],
+		LogError:     ua[storage.AttrLogError],
 		Launching:    ua[storage.AttrLaunching] != "",
 		Stopping:     ua[storage.AttrStopping] != "",
 		LogTail:      ua[storage.AttrLogTail],

@@ -65,6 +65,8 @@ type fakeBackend struct {
 	exited func(flags string) *launcher.Failure
 	// level, when set, is called as a level ends, before AfterLevel.
 	level func(flags string, conc int)
+	// logErr is every server's log error (launcher's Server.LogErr).
+	logErr error
 }
 
 func (b *fakeBackend) Start(ctx context.Context, spec launcher.Spec) (Running, error) {
@@ -133,6 +135,9 @@ func (f *fakeRunning) Failure() *launcher.Failure {
 	}
 	return nil
 }
+
+// LogErr is the error that cut the server's log short.
+func (f *fakeRunning) LogErr() error { return f.b.logErr }
 
 func (f *fakeRunning) Stop(ctx context.Context) (*launcher.Failure, error) {
 	if f.b.stop != nil {

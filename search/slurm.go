@@ -115,6 +115,10 @@ type slurmJob struct {
 
 func (j *slurmJob) Facts() engine.Facts { return j.srv.Facts }
 
+// LogErr is the error that cut the job's log short (launcher's
+// SlurmServer.LogErr).
+func (j *slurmJob) LogErr() error { return j.srv.LogErr() }
+
 func (j *slurmJob) Measure(ctx context.Context, w objective.Workload, opt objective.Options) (*objective.Result, error) {
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -570,6 +570,9 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 			return errors.Join(ferr, stopErr)
 		}
 	}
+	if lerr := serverLogErr(srv, o.startErr); lerr != nil {
+		r.logIncomplete(t, logPath, lerr, attrs)
+	}
 	if !t.done {
 		if err := store(); err != nil {
 			return errors.Join(err, stopErr)
@@ -592,6 +595,39 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 			gpuList(gpus), t.number, stopErr)
 	}
 	return nil
+}
+
+// logErrer is a Running that can tell why its log file is short (the
+// real backends; bench-search's simulated servers write no log file).
+type logErrer interface{ LogErr() error }
+
+var _, _ logErrer = (*process)(nil), (*slurmJob)(nil)
+
+// serverLogErr is the error that cut a trial's server log short: the
+// stopped server's, where its backend can tell, else a failed start's.
+func serverLogErr(srv Running, startErr error) error {
+	if l, ok := srv.(logErrer); ok {
+		return l.LogErr()
+	}
+	var f *launcher.Failure
+	if errors.As(startErr, &f) {
+		return f.LogErr
+	}
+	return nil
+}
+
+// logIncomplete tells the user that the trial's server log lacks lines (a
+// full disk, a failed close) and stores why on the trial, with its outcome
+// or, when that is stored already, after it. The measurement stands.
+func (r *runner) logIncomplete(t *trialRun, logPath string, lerr error, attrs map[string]string) {
+	r.trialEvent(EventNote, t.number, "server log %s is incomplete: %v", logPath, lerr)
+	if !t.done {
+		attrs[storage.AttrLogError] = lerr.Error()
+		return
+	}
+	if err := r.store.AnnotateTrial(t.id, storage.AttrLogError, lerr.Error()); err != nil {
+		r.trialEvent(EventNote, t.number, "could not store that its server log is incomplete: %v", err)
+	}
 }
 
 // failedYet reports whether a running server already shows a failure

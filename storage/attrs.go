@@ -21,6 +21,9 @@ const (
 	AttrLogExcerpt = "sgtune.log_excerpt"
 	// AttrLogPath (user): where the server's full log was written.
 	AttrLogPath = "sgtune.log_path"
+	// AttrLogError (user): why the log at AttrLogPath lacks lines (a
+	// write to it or its close failed); the trial's outcome stands.
+	AttrLogError = "sgtune.log_error"
 	// AttrConfig (user): the launched config as JSON (flags, env).
 	AttrConfig = "sgtune.config"
 	// AttrArgv (user): the server's command line as a JSON array.
