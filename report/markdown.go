@@ -131,9 +131,22 @@ func writeMarkdown(w io.Writer, v *view) {
 				exit = ", exit " + f.ExitCode
 			}
 			fmt.Fprintf(w, "- trial %d, %s: %s%s: %s (%s)\n", f.Number, f.State, f.Class, exit, mdEscape(f.Reason), f.Params)
+			if f.LogError != "" {
+				fmt.Fprintf(w, "\n  %s\n", logLine(f.LogPath, f.LogError))
+			}
 			if f.Excerpt != "" {
 				fmt.Fprintf(w, "\n  ```\n  %s\n  ```\n", strings.ReplaceAll(f.Excerpt, "\n", "\n  "))
 			}
+		}
+		fmt.Fprintln(w)
+	}
+	if len(v.LogNotes) > 0 {
+		fmt.Fprintln(w, "## Incomplete server logs")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "A write to the log or its close failed, so it lacks lines; the trial's outcome stands.")
+		fmt.Fprintln(w)
+		for _, n := range v.LogNotes {
+			fmt.Fprintf(w, "- trial %d, %s: %s\n", n.Number, n.State, logLine(n.LogPath, n.LogError))
 		}
 		fmt.Fprintln(w)
 	}
@@ -194,6 +207,15 @@ func levelTable(w io.Writer, levels []Level) {
 		fmt.Fprintf(w, "| %d | %d | %.1f | %.3f | %.3f | %.2f |\n", l.Concurrency, l.Repeats, l.OutputTokS, l.TTFTP50, l.TTFTP99, l.LatencyP99)
 	}
 	fmt.Fprintln(w)
+}
+
+// logLine says that a trial's server log is incomplete: "log: `PATH`
+// (incomplete: ERR)".
+func logLine(path, logErr string) string {
+	if path == "" {
+		return "log incomplete: " + mdEscape(logErr)
+	}
+	return fmt.Sprintf("log: `%s` (incomplete: %s)", path, mdEscape(logErr))
 }
 
 func mdEscape(s string) string {

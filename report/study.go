@@ -35,10 +35,13 @@ type Trial struct {
 	// confirmation run), nil for a trial of the search.
 	ConfirmOf *int
 	// ExitCode of the engine when it died, LogExcerpt its decisive log
-	// lines and LogPath the full log, for failures.
+	// lines and LogPath the full log, for failures. LogError says why the
+	// log at LogPath lacks lines (a write to it or its close failed; ""
+	// when it is whole), for any trial.
 	ExitCode   *int
 	LogExcerpt string
 	LogPath    string
+	LogError   string
 	// Points are the stored measurements; the report reads the matrix
 	// workload's prefill and decode cells from them.
 	Points []objective.Point

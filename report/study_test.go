@@ -32,7 +32,8 @@ func fixture() Study {
 		{Number: 2, State: "failed", Class: "illegal_memory_access", Reason: "RuntimeError: CUDA error | an illegal memory access",
 			Params: map[string]interface{}{"ep": "4", "mem_fraction": 0.85}, ExitCode: &exit, Launched: true, Seconds: 80,
 			LogExcerpt: "Scheduler hit an exception: Traceback (most recent call last):\nRuntimeError: CUDA error: an illegal memory access was encountered <script>",
-			LogPath:    "sgtune-logs/glm/trial-2.log", Start: t0.Add(302 * time.Second), End: t0.Add(382 * time.Second)},
+			LogPath:    "sgtune-logs/glm/trial-2.log", LogError: "launcher: write log: write sgtune-logs/glm/trial-2.log: no space left on device",
+			Start: t0.Add(302 * time.Second), End: t0.Add(382 * time.Second)},
 		{Number: 3, State: "complete", Score: fptr(1865.9), ScoreOK: true, Params: map[string]interface{}{"ep": "4", "mem_fraction": 0.85},
 			Flags:  []string{"--model-path", "m", "--ep-size", "4", "--mem-fraction-static", "0.85"},
 			Levels: []Level{{1, 3, 107.4, 0.15, 0.16, 2.4}, {64, 3, 1865.9, 1.1, 1.6, 9.9}}, Seconds: 310, Launched: true,
@@ -42,6 +43,7 @@ func fixture() Study {
 			Start: t0.Add(720 * time.Second), End: t0.Add(1010 * time.Second)},
 		{Number: 5, State: "complete", Score: fptr(1820.4), ScoreOK: true, Params: map[string]interface{}{"ep": "4", "mem_fraction": 0.78},
 			Levels: []Level{{1, 3, 104, 0.14, 0.15, 2.5}, {64, 3, 1820.4, 0.9, 1.2, 10.4}}, Seconds: 305, Launched: true,
+			LogPath: "sgtune-logs/glm/trial-5.log", LogError: "launcher: close log: close sgtune-logs/glm/trial-5.log: input/output error",
 			Start: t0.Add(1020 * time.Second), End: t0.Add(1325 * time.Second)},
 	}
 	best := trials[3]
@@ -625,5 +627,55 @@ func TestRowSaysPrunedAndRetry(t *testing.T) {
 		if got := v.row(trials[tc.n]).Verdict; got != tc.want {
 			t.Errorf("trial %d: verdict %q, want %q", tc.n, got, tc.want)
 		}
+	}
+}
+
+// A trial whose server log is incomplete (Trial.LogError) says so next to
+// its log path: a failure on its own line, any other trial in a list of
+// incomplete logs; the error is data, escaped on the page and kept on one
+// line in report.md. A whole log adds nothing.
+func TestReportShowsLogError(t *testing.T) {
+	score := 100.0
+	trials := []Trial{
+		{Number: 0, State: "complete", ScoreOK: true, Score: &score, Params: map[string]interface{}{"ep": "4"},
+			LogPath: "logs/trial-0.log", LogError: "launcher: write log: <b>disk</b> full & gone"},
+		{Number: 1, State: "failed", Class: "crash", Reason: "exit 1", Params: map[string]interface{}{"ep": "8"},
+			LogPath: "logs/trial-1.log", LogError: "launcher: close log: input/output error\nsecond line"},
+		{Number: 2, State: "complete", ScoreOK: true, Score: &score, Params: map[string]interface{}{"ep": "2"},
+			LogPath: "logs/trial-2.log"},
+		{Number: 3, State: "failed", Class: "crash", Reason: "exit 1", Params: map[string]interface{}{"ep": "1"},
+			LogPath: "logs/trial-3.log"},
+	}
+	v := buildView(Study{Name: "s", Trials: trials})
+	var page, md bytes.Buffer
+	if err := writeHTML(&page, v); err != nil {
+		t.Fatal(err)
+	}
+	writeMarkdown(&md, v)
+	for _, want := range []string{
+		`<div>trial 0 · <span class="st st-complete">complete</span> · log logs/trial-0.log (incomplete: launcher: write log: &lt;b&gt;disk&lt;/b&gt; full &amp; gone)</div>`,
+		`ep=8 · log logs/trial-1.log (incomplete: launcher: close log: input/output error` + "\n" + `second line)</div>`,
+		`ep=1 · log logs/trial-3.log</div>`,
+	} {
+		if !strings.Contains(page.String(), want) {
+			t.Errorf("index.html lacks %q:\n%s", want, page.String())
+		}
+	}
+	if strings.Contains(page.String(), "<b>disk") {
+		t.Error("index.html shows the log error unescaped")
+	}
+	if strings.Contains(page.String(), "trial-2.log") || strings.Count(page.String(), "(incomplete: ") != 2 {
+		t.Errorf("index.html names a whole log, or an incomplete one twice:\n%s", page.String())
+	}
+	for _, want := range []string{
+		"- trial 0, complete: log: `logs/trial-0.log` (incomplete: launcher: write log: <b>disk</b> full & gone)\n",
+		"\n  log: `logs/trial-1.log` (incomplete: launcher: close log: input/output error second line)\n",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report.md lacks %q:\n%s", want, md.String())
+		}
+	}
+	if strings.Contains(md.String(), "trial-2.log") || strings.Contains(md.String(), "trial-3.log") || strings.Count(md.String(), "(incomplete: ") != 2 {
+		t.Errorf("report.md names a whole log, or an incomplete one twice:\n%s", md.String())
 	}
 }

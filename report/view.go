@@ -39,6 +39,9 @@ type view struct {
 	// its runs when it was confirmed ("36,603 pooled over 3 runs").
 	WinnerScore string
 	Failures    []failure
+	// LogNotes are the trials outside Failures whose server log is
+	// incomplete (Trial.LogError); a failure says it on its own line.
+	LogNotes    []logNote
 	Matrix      *matrixTable
 	Generated   string
 	Plots       []plotRef // drawn, in page order
@@ -82,7 +85,16 @@ type failure struct {
 	ExitCode string
 	Excerpt  string
 	LogPath  string
+	LogError string // why the log at LogPath is incomplete, "" when whole
 	Params   string
+}
+
+// logNote is a trial whose server log is incomplete.
+type logNote struct {
+	Number   int
+	State    string
+	LogPath  string
+	LogError string
 }
 
 // plotRef is a drawn plot and where the page shows it.
@@ -168,10 +180,13 @@ func buildView(st Study) *view {
 	}
 	for _, t := range st.Trials {
 		if t.State != "failed" && t.State != "infeasible" {
+			if t.LogError != "" {
+				v.LogNotes = append(v.LogNotes, logNote{Number: t.Number, State: t.State, LogPath: t.LogPath, LogError: t.LogError})
+			}
 			continue
 		}
 		f := failure{Number: t.Number, State: t.State, Class: t.Class, Reason: t.Reason,
-			Excerpt: strings.TrimRight(t.LogExcerpt, "\n"), LogPath: t.LogPath, Params: paramString(t.Params)}
+			Excerpt: strings.TrimRight(t.LogExcerpt, "\n"), LogPath: t.LogPath, LogError: t.LogError, Params: paramString(t.Params)}
 		if t.ExitCode != nil {
 			f.ExitCode = strconv.Itoa(*t.ExitCode)
 		}

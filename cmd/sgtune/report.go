@@ -115,7 +115,7 @@ func reportTrial(r search.Record) report.Trial {
 	t := report.Trial{
 		Number: r.Number, State: r.State, Score: score, ScoreOK: r.ScoreOK,
 		Class: r.FailureClass, Reason: r.Reason, Params: r.Params, Flags: r.Flags(), Seconds: r.DurationS,
-		Start: r.Start, ExitCode: r.ExitCode, LogExcerpt: r.LogExcerpt, LogPath: r.LogPath,
+		Start: r.Start, ExitCode: r.ExitCode, LogExcerpt: r.LogExcerpt, LogPath: r.LogPath, LogError: r.LogError,
 		Levels: levels(r), ConfirmOf: r.ConfirmOf, RetryOf: r.RetryOf,
 		// A trial that has a log or startup facts started a server.
 		Launched: r.State != search.StateInterrupted && r.ConfirmOf == nil &&

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -128,5 +129,61 @@ func TestReportKeepsOtherFiles(t *testing.T) {
 	}
 	if code, msg := cli(t, nil, nil, "report", "--storage", db, "-o", out); code != 0 {
 		t.Errorf("report over an earlier unmarked report: exit %d\n%s", code, msg)
+	}
+}
+
+// A trial whose server log could not be written whole (the run stored
+// sgtune.log_error) says so where the log is named afterwards: status
+// (text and JSON) and the report, next to the log path. The other trials'
+// logs are whole and get no such line.
+func TestLogErrorShownAfterRun(t *testing.T) {
+	dir := t.TempDir()
+	db := seedStudy(t, dir, rankingTrials, nil)
+	st, sid := openSeeded(t, db)
+	trials, err := st.GetAllTrials(sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const logErr = "launcher: write log: write logs/trial-1.log: no space left on device"
+	for _, tr := range trials {
+		if err := st.AnnotateTrial(tr.ID, storage.AttrLogPath, fmt.Sprintf("logs/trial-%d.log", tr.Number)); err != nil {
+			t.Fatal(err)
+		}
+		if tr.Number == 1 {
+			if err := st.AnnotateTrial(tr.ID, storage.AttrLogError, logErr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	code, out := cli(t, nil, nil, "status", "--storage", db)
+	if want := "log: trial 1's server log logs/trial-1.log is incomplete: " + logErr + "\n"; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("status: exit %d, want %q:\n%s", code, want, out)
+	}
+	if strings.Count(out, "is incomplete") != 1 {
+		t.Errorf("status names a whole log as incomplete:\n%s", out)
+	}
+	code, out = cli(t, nil, nil, "status", "--storage", db, "--json")
+	if want := `"log_error": "` + logErr + `"`; code != 0 || strings.Count(out, want) != 1 || strings.Count(out, `"log_error"`) != 1 {
+		t.Errorf("status --json: exit %d, want %s once:\n%s", code, want, out)
+	}
+
+	outDir := filepath.Join(dir, "out")
+	if code, msg := cli(t, nil, nil, "report", "--storage", db, "-o", outDir); code != 0 {
+		t.Fatalf("report: exit %d\n%s", code, msg)
+	}
+	page, err := os.ReadFile(filepath.Join(outDir, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(outDir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "· log logs/trial-1.log (incomplete: " + logErr + ")</div>"; !strings.Contains(string(page), want) || strings.Count(string(page), "(incomplete: ") != 1 {
+		t.Errorf("index.html lacks %q, or names another log as incomplete", want)
+	}
+	if want := "- trial 1, complete: log: `logs/trial-1.log` (incomplete: " + logErr + ")\n"; !strings.Contains(string(md), want) || strings.Count(string(md), "(incomplete: ") != 1 {
+		t.Errorf("report.md lacks %q, or names another log as incomplete:\n%s", want, md)
 	}
 }

@@ -206,6 +206,12 @@ func statusText(d *studyData, now time.Time) string {
 			fmt.Fprintf(&b, "stopping: trial %d's server (its GPUs are released when it has stopped)\n", r.Number)
 		}
 	}
+	for _, r := range d.recs {
+		// The run warned as it happened; the trial's outcome stands.
+		if r.LogError != "" {
+			fmt.Fprintf(&b, "log: trial %d's server log %s is incomplete: %s\n", r.Number, orDash(r.LogPath), r.LogError)
+		}
+	}
 	fmt.Fprintf(&b, "best: %s\n", d.bestLine())
 	return b.String()
 }
