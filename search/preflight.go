@@ -32,6 +32,9 @@ type Preflight struct {
 	Host []error
 	// Warnings are valid but probably not what the user wants.
 	Warnings []string
+	// grid is the grid sampler's points (budget.sampler grid, else nil),
+	// built here and handed to the run's sampler rather than built again.
+	grid []map[string]float64
 }
 
 // topReasons is how many rejection reasons a no-feasible error names.
@@ -51,7 +54,8 @@ func Check(st *space.Study, getenv func(string) string) Preflight {
 	// run builds the sampler only once the study is opened (its database
 	// and log directory written): one that cannot be built is refused
 	// here, where check sees it too.
-	if _, _, err := newSampler(st, nil, nil, nil); err != nil {
+	var err error
+	if _, p.grid, err = newSampler(st, nil, nil, nil, nil); err != nil {
 		p.Invalid = append(p.Invalid, fmt.Errorf("%s: budget.sampler: %w", st.Path, err))
 	}
 	if p.Survey.Enumerated {

@@ -120,6 +120,9 @@ type runner struct {
 	// gridSize is the number of grid points (sampler grid; else 0): once
 	// every one was proposed, the study is done.
 	gridSize int
+	// grid is the preflight's grid points, for open's sampler (nil: open
+	// builds them); dropped once the sampler holds them.
+	grid     []map[string]float64
 	deadline time.Time
 
 	eventsMu sync.Mutex // one Events call at a time
@@ -236,7 +239,7 @@ func newRunner(opt Options) (*runner, objective.Target, error) {
 	if err := pre.Err(); err != nil {
 		return r, objective.Target{}, err
 	}
-	r.apiKey, r.spaceSize = pre.APIKey, pre.SpaceSize
+	r.apiKey, r.spaceSize, r.grid = pre.APIKey, pre.SpaceSize, pre.grid
 	if st.Slurmed() && opt.LogDir != "" {
 		// Jobs on other hosts write beside the log, and a worker taking a
 		// trial over finds its files by the stored path: make it absolute.
@@ -289,8 +292,8 @@ func atATime(n int) string {
 // open builds the sampler, loads or creates the stored study, records what
 // it is and, with Slurm, connects the backend.
 func (r *runner) open(ctx context.Context, target objective.Target) error {
-	smp, gridSize, err := newSampler(r.st, r.repeated, r.neighbour, r.thompson)
-	r.gridSize = gridSize
+	smp, points, err := newSampler(r.st, r.grid, r.repeated, r.neighbour, r.thompson)
+	r.gridSize, r.grid = len(points), nil
 	if err != nil {
 		return errext.Bad(fmt.Errorf("%s: budget.sampler: %w", r.st.Path, err))
 	}

@@ -624,6 +624,28 @@ func TestGridSampler(t *testing.T) {
 	}
 }
 
+// TestGridPointsBuiltOnce: the run's grid sampler takes the points the
+// preflight built instead of listing the space a second time: given a
+// preflight whose grid was cut to its first three points, the study ends
+// after those three.
+func TestGridPointsBuiltOnce(t *testing.T) {
+	st, store, _ := openFake(t, "sampler: random", "sampler: grid", "trials: 6", "trials: 40")
+	pre := Check(st, func(string) string { return "" })
+	if len(pre.grid) != 16 {
+		t.Fatalf("the preflight built %d grid points, want the 16 configs", len(pre.grid))
+	}
+	pre.grid = pre.grid[:3]
+	b := &fakeBackend{}
+	sum, err := Run(context.Background(), Options{Study: st, Store: store, Backend: b, LogDir: t.TempDir(), Parallel: 1,
+		Getenv: func(string) string { return "" }, Preflight: &pre})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sum.Records) != 3 || len(b.launches) != 3 {
+		t.Errorf("%d trials, %d launches; want the preflight's 3 points", len(sum.Records), len(b.launches))
+	}
+}
+
 // groupBackend counts the servers running on each GPU group at once.
 type groupBackend struct {
 	fakeBackend
@@ -1531,15 +1553,19 @@ func TestStudyUIDRace(t *testing.T) {
 // their line); the preflight is the backstop that keeps check and run
 // agreeing on whatever else the sampler refuses.
 func TestCheckRefusesUnbuildableSampler(t *testing.T) {
+	const continuous = "{name: mf, type: float, low: 0.7, high: 0.9, flag: --mem-fraction-static}"
 	for _, tc := range []struct {
-		name, sampler, want string
+		name, sampler, param, want string
 	}{
-		{"grid over a continuous space", "grid", `budget.sampler: sampler "grid" needs a finite space`},
-		{"unknown sampler", "cmaes", `budget.sampler: unknown sampler "cmaes"`},
+		{"grid over a continuous space", "grid", continuous, `budget.sampler: sampler "grid" needs a finite space`},
+		// 2 ep x 500001 slots: counted, not listed (the preflight
+		// listed all of them, and out of memory in a larger space).
+		{"grid past its cap", "grid", "{name: slots, type: int, low: 1, high: 500001, flag: --max-mamba-cache-size}",
+			`budget.sampler: sampler "grid" lists every config, and the space has up to 1000002 (more than 1000000)`},
+		{"unknown sampler", "cmaes", continuous, `budget.sampler: unknown sampler "cmaes"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st, _, _ := openFake(t, "{name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}",
-				"{name: mf, type: float, low: 0.7, high: 0.9, flag: --mem-fraction-static}")
+			st, _, _ := openFake(t, "{name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}", tc.param)
 			st.Budget.Sampler = tc.sampler // past the loader's own check
 			p := Check(st, func(string) string { return "" })
 			err := p.Err()

@@ -14,19 +14,24 @@ import (
 )
 
 // newSampler builds the sampler a study names (budget.sampler), seeded by
-// budget.seed, and the number of grid points for the grid (else 0). Draws
-// are keyed by trial number inside the sampler, so a resumed study with
-// the same stored trials proposes what it would have. repeated tells
-// whether the last proposal repeated a known config (see escape).
-// thompson proposes every trial of the "bayes" sampler (see tsSpace).
-func newSampler(st *space.Study, repeated func() bool, neighbour, thompson func(trialNumber int) (map[string]float64, error)) (goptuna.Sampler, int, error) {
+// budget.seed, and returns the grid's points for the grid (else nil):
+// points, when not nil, are the study's GridPoints already built (by the
+// preflight), so a run lists its space once. Draws are keyed by trial
+// number inside the sampler, so a resumed study with the same stored
+// trials proposes what it would have. repeated tells whether the last
+// proposal repeated a known config (see escape). thompson proposes every
+// trial of the "bayes" sampler (see tsSpace).
+func newSampler(st *space.Study, points []map[string]float64, repeated func() bool, neighbour, thompson func(trialNumber int) (map[string]float64, error)) (goptuna.Sampler, []map[string]float64, error) {
 	opts := []sampler.Option{sampler.WithClassifier(classify)}
-	var points []map[string]float64
-	if st.Budget.Sampler == "grid" {
+	if st.Budget.Sampler != "grid" {
+		points = nil
+	} else if points == nil {
 		var err error
 		if points, err = GridPoints(st); err != nil {
-			return nil, 0, err
+			return nil, nil, err
 		}
+	}
+	if points != nil {
 		// Re-runs of interrupted trials take their own params; they do not
 		// move the grid forward.
 		opts = append(opts, sampler.WithGridPoints(points), sampler.WithGridCounts(func(t goptuna.FrozenTrial) bool {
@@ -40,7 +45,7 @@ func newSampler(st *space.Study, repeated func() bool, neighbour, thompson func(
 	}
 	s, err := sampler.New(name, st.Budget.Seed, opts...)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	if st.Budget.Sampler == "bayes" && thompson != nil {
 		s = &local{model: s, all: true, next: func(t goptuna.FrozenTrial) (map[string]float64, error) { return thompson(t.Number) }}
@@ -51,7 +56,7 @@ func newSampler(st *space.Study, repeated func() bool, neighbour, thompson func(
 	if st.Budget.Sampler != "grid" && st.Budget.Sampler != "random" {
 		s = escape{model: s, random: sampler.NewRandom(st.Budget.Seed), repeated: repeated}
 	}
-	return fixedFirst{s}, len(points), nil
+	return fixedFirst{s}, points, nil
 }
 
 // ourModel are the model samplers that interleave local moves (see local).
@@ -91,10 +96,16 @@ func classify(t goptuna.FrozenTrial) (float64, sampler.ObsKind) {
 }
 
 // GridPoints enumerates a finite space in goptuna's internal form, in the
-// space's own order (the grid baseline: the seed's manual sweep style).
+// space's own order (the grid baseline: the seed's manual sweep style). A
+// space of more than space.MaxGridConfigs is refused before anything is
+// listed (the loader refuses it too; this keeps callers that skip it from
+// running out of memory).
 func GridPoints(st *space.Study) ([]map[string]float64, error) {
-	if _, finite := st.Bound(); !finite {
+	switch n, finite := st.Bound(); {
+	case !finite:
 		return nil, errors.New(`sampler "grid" needs a finite space (every float param needs a step)`)
+	case n > float64(space.MaxGridConfigs):
+		return nil, fmt.Errorf(`sampler "grid" lists every config, and the space has up to %.0f (more than %d)`, n, space.MaxGridConfigs)
 	}
 	var points []map[string]float64
 	var err error

@@ -202,8 +202,15 @@ func (st *Study) coEmit(i, j int, flag string, budget *int) (both, decided bool)
 			}
 			used[c] = true
 			if slices.ContainsFunc(e.Names(), func(n string) bool {
+				if strings.HasPrefix(n, "predicted.") {
+					return true
+				}
 				k, ok := index[n]
-				return strings.HasPrefix(n, "predicted.") || ok && st.Params[k].values() == nil
+				if !ok {
+					return false
+				}
+				_, finite := st.Params[k].count()
+				return !finite
 			}) {
 				return false, false
 			}
@@ -222,9 +229,12 @@ func (st *Study) coEmit(i, j int, flag string, budget *int) (both, decided bool)
 	for _, k := range order {
 		domain[k] = []any{nil}
 		if read[k] {
-			if domain[k] = st.Params[k].values(); domain[k] == nil {
+			// Counted before it is listed: a fine-stepped float's
+			// millions of values would be refused below anyway.
+			if n, finite := st.Params[k].count(); !finite || n+1 > maxShareCombos {
 				return false, false
 			}
+			domain[k] = st.Params[k].values()
 		}
 		combos *= len(domain[k]) + 1
 		if combos > maxShareCombos || combos > *budget {

@@ -43,6 +43,12 @@ var (
 	DefaultStartupTimeout = 20 * time.Minute
 	// MaxBayesConfigs bounds the space sampler bayes enumerates.
 	MaxBayesConfigs = 200000
+	// MaxGridConfigs bounds the space sampler grid lists before its first
+	// trial. It holds every config in memory (about 250 MB, built in 2s, at
+	// a million configs of four params) and launches them one per trial: a
+	// million launches of a minute each take two years, so a larger grid is
+	// a mistake in the steps, not a plan.
+	MaxGridConfigs = 1000000
 	// Samplers are the values budget.sampler accepts (search/sampler's
 	// names and the search's own bayes; a test keeps the lists equal): tpe
 	// (ours), bayes (Thompson sampling over a finite space, ours),
@@ -1382,14 +1388,18 @@ func (d *dec) budget(st *Study, top *mapNode) {
 		m.failKey("sampler", "%q; valid: %s", b.Sampler, strings.Join(Samplers, ", "))
 	}
 	// Thompson sampling scores every config of the space, and the grid
-	// proposes each in turn: both enumerate it. Refused here, a file
-	// that run cannot search is refused by check too, before anything is
-	// written.
+	// proposes each in turn: both enumerate it, so its size is bounded
+	// (counted from the params, before anything is listed). Refused here,
+	// a file that run cannot search is refused by check too, before
+	// anything is written.
 	switch n, finite := st.Bound(); {
 	case (b.Sampler == "bayes" || b.Sampler == "grid") && !finite:
 		m.failKey("sampler", `%q needs a finite space: give every float param a step, or use tpe (%s)`, b.Sampler, continuous(st))
 	case b.Sampler == "bayes" && n > float64(MaxBayesConfigs):
 		m.failKey("sampler", `"bayes" scores every config, and the space has up to %.0f (more than %d); use tpe`, n, MaxBayesConfigs)
+	case b.Sampler == "grid" && n > float64(MaxGridConfigs):
+		m.failKey("sampler", `"grid" lists every config before its first trial, and the space has up to %.0f (more than %d); use coarser steps or fewer choices (%s), or sampler tpe or random`,
+			n, MaxGridConfigs, mostValues(st))
 	}
 	var seed int
 	if m.int("seed", &seed) {
@@ -1415,7 +1425,7 @@ func (d *dec) budget(st *Study, top *mapNode) {
 func continuous(st *Study) string {
 	var names []string
 	for i := range st.Params {
-		if st.Params[i].values() == nil {
+		if _, finite := st.Params[i].count(); !finite {
 			names = append(names, st.Params[i].Name)
 		}
 	}
@@ -1426,6 +1436,31 @@ func continuous(st *Study) string {
 		return names[0] + " has no step"
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1] + " have no step"
+}
+
+// mostValues names the params of a finite space with the most values,
+// for messages: "a has 1000 values, b 451, c 2".
+func mostValues(st *Study) string {
+	type counted struct {
+		name string
+		n    float64
+	}
+	var ps []counted
+	for i := range st.Params {
+		if n, _ := st.Params[i].count(); n > 1 {
+			ps = append(ps, counted{st.Params[i].Name, n})
+		}
+	}
+	slices.SortStableFunc(ps, func(a, b counted) int { return cmp.Compare(b.n, a.n) })
+	var out []string
+	for i, p := range ps[:min(len(ps), 3)] {
+		if i == 0 {
+			out = append(out, fmt.Sprintf("%s has %.0f values", p.name, p.n))
+		} else {
+			out = append(out, fmt.Sprintf("%s %.0f", p.name, p.n))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 func (d *dec) launch(st *Study, top *mapNode) {

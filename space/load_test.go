@@ -225,6 +225,23 @@ func TestLoadErrorTable(t *testing.T) {
 			`budget.sampler: "bayes" needs a finite space: give every float param a step, or use tpe`},
 		{"grid continuous", base + "params:\n  - {name: m, type: float, low: 0.7, high: 0.9, flag: --mem-fraction-static}\n  - {name: t, type: float, low: 0.1, high: 0.5, log: true, flag: --schedule-conservativeness}\nbudget: {sampler: grid}\n",
 			`t.yaml:9:19: budget.sampler: "grid" needs a finite space: give every float param a step, or use tpe (m and t have no step)`},
+		// The grid's size is counted from the params before anything is
+		// listed: check and run printed nothing while they built a
+		// billion points and ran out of memory.
+		{"grid huge", base + "params:\n  - {name: mf, type: float, low: 0.5, high: 0.95, step: 0.001, flag: --mem-fraction-static}\n" +
+			"  - {name: sc, type: float, low: 0.1, high: 1.5, step: 0.001, flag: --schedule-conservativeness}\n" +
+			"  - {name: cp, type: int, low: 512, high: 16384, step: 16, flag: --chunked-prefill-size}\nbudget: {sampler: grid}\n",
+			`t.yaml:10:19: budget.sampler: "grid" lists every config before its first trial, and the space has up to 627428043 (more than 1000000); use coarser steps or fewer choices (sc has 1401 values, cp 993, mf 451), or sampler tpe or random`},
+		// A conditional param counts one more value (off), as Bound does.
+		{"grid conditional", base + "params:\n  - {name: a, type: int, low: 1, high: 1000, flag: --max-running-requests}\n" +
+			"  - {name: b, type: int, low: 1, high: 1000, flag: --cuda-graph-max-bs, when: a > 1}\nbudget: {sampler: grid}\n",
+			`t.yaml:9:19: budget.sampler: "grid" lists every config before its first trial, and the space has up to 1001000 (more than 1000000)`},
+		// One float's 400 million values are counted, not listed (over 6 GB).
+		{"grid fine step", base + "params:\n  - {name: mf, type: float, low: 0.1, high: 0.9, step: 0.000000002, flag: --mem-fraction-static}\nbudget: {sampler: grid}\n",
+			`t.yaml:8:19: budget.sampler: "grid" lists every config before its first trial, and the space has up to 400000001 (more than 1000000); use coarser steps or fewer choices (mf has 400000001 values), or sampler tpe or random`},
+		// The count of a range with high below low is 0, not a panic.
+		{"float low > high with a step", base + "params:\n  - {name: mf, type: float, low: 0.9, high: 0.1, step: 0.1, flag: --mem-fraction-static}\n",
+			"t.yaml:7:45: params[mf].high: 0.1 is below low 0.9; valid: high >= low"},
 		{"bayes huge", base + "params:\n  - {name: a, type: int, low: 1, high: 1000, flag: --max-running-requests}\n  - {name: b, type: int, low: 1, high: 1000, flag: --cuda-graph-max-bs}\nbudget: {sampler: bayes}\n",
 			`budget.sampler: "bayes" scores every config, and the space has up to 1000000 (more than 200000); use tpe`},
 		{"trials", base + "budget: {trials: 0}\n", "budget.trials: 0; valid: an integer >= 1"},

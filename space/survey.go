@@ -20,12 +20,12 @@ func (par *Param) values() []any {
 		}
 		return out
 	case "float":
-		if par.Step <= 0 || par.Log {
+		n, finite := par.count()
+		if !finite {
 			return nil
 		}
-		n := int(math.Round((par.High-par.Low)/par.Step)) + 1
-		out := make([]any, 0, n)
-		for k := range n {
+		out := make([]any, 0, int(n))
+		for k := range int(n) {
 			out = append(out, roundToStep(par.Low+float64(k)*par.Step, par.Low, par.Step))
 		}
 		return out
@@ -39,17 +39,36 @@ func (par *Param) values() []any {
 	return out
 }
 
+// count is the number of values in a param's finite domain, reckoned
+// without listing them: a float with a fine step has millions, and the
+// count is what decides whether they may be listed. finite is false when
+// the param is continuous; a range with high below low counts 0.
+func (par *Param) count() (n float64, finite bool) {
+	switch par.Type {
+	case "int":
+		return max(0, math.Floor((par.High-par.Low)/par.Step)+1), true
+	case "float":
+		if par.Step <= 0 || par.Log {
+			return 0, false
+		}
+		return max(0, math.Round((par.High-par.Low)/par.Step)+1), true
+	case "bool":
+		return 2, true
+	}
+	return float64(len(par.Choices)), true
+}
+
 // Bound is an upper bound on the number of configs, ignoring when:
-// conditions (an inactive param counts as one more value); ok is false when
+// conditions (an inactive param counts as one more value), computed from
+// the params' value counts before anything is enumerated; ok is false when
 // a param is continuous.
 func (s *Study) Bound() (n float64, ok bool) {
 	n = 1
 	for i := range s.Params {
-		v := s.Params[i].values()
-		if v == nil {
+		k, finite := s.Params[i].count()
+		if !finite {
 			return math.Inf(1), false
 		}
-		k := float64(len(v))
 		if s.Params[i].when != nil {
 			k++
 		}

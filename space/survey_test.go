@@ -57,6 +57,37 @@ func TestSurveySamplesDeterministically(t *testing.T) {
 	}
 }
 
+// TestBoundCountsWithoutListing: the space's size is counted from its
+// params; a float with a fine step loads and is sampled, where listing its
+// 400 million values (over 6 GB) to count them ran out of memory at load.
+func TestBoundCountsWithoutListing(t *testing.T) {
+	for _, tc := range []struct {
+		name, params string
+		want         float64
+		finite       bool
+	}{
+		{"fine float step", "  - {name: mf, type: float, low: 0.1, high: 0.9, step: 0.000000002, flag: --mem-fraction-static}\n", 400000001, true},
+		// An off param counts as one more value.
+		{"conditional", "  - {name: a, type: int, low: 1, high: 1000, step: 3, flag: --max-running-requests}\n" +
+			"  - {name: b, type: bool, values: {false: --disable-radix-cache}}\n" +
+			"  - {name: c, type: categorical, choices: [fcfs, lpm, dfs-weight], flag: --schedule-policy, when: b}\n", 334 * 2 * 4, true},
+		{"continuous", "  - {name: mf, type: float, low: 0.5, high: 0.9, flag: --mem-fraction-static}\n", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := Parse("s.yaml", []byte(base+"params:\n"+tc.params))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, finite := st.Bound(); finite != tc.finite || finite && n != tc.want {
+				t.Errorf("Bound() = %v, %v; want %v, %v", n, finite, tc.want, tc.finite)
+			}
+			if sv := st.Survey(SurveyLimits{MaxEnumerate: 1000, Samples: 50, Seed: 1}); sv.Enumerated || sv.Checked != 50 {
+				t.Errorf("survey %+v", sv)
+			}
+		})
+	}
+}
+
 // A when: that cannot be evaluated for one choice fails every config with
 // that choice for the same reason: the survey lists it once, with how many
 // configs it failed, not once per config.

@@ -81,12 +81,21 @@ func TestCheckBadInput(t *testing.T) {
 		"params: [{name: m, type: float, low: 0.7, high: 0.9, flag: --mem-fraction-static}]\nbudget: {sampler: grid}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// check built every point of the grid (twice) before it said valid:
+	// just past the cap here, out of memory at a few hundred million.
+	huge := filepath.Join(dir, "huge.yaml")
+	if err := os.WriteFile(huge, []byte("name: x\nengine: {name: sglang, command: sglang serve}\nmodel: m\n"+
+		"params: [{name: m, type: float, low: 0.5, high: 0.9, step: 0.0004, flag: --mem-fraction-static},\n"+
+		"  {name: r, type: int, low: 1, high: 1000, flag: --max-running-requests}]\nbudget: {sampler: grid}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		args []string
 		want string
 	}{
 		{[]string{bad}, "bad.yaml:4:9: fixed.--mem-fraction-statc: unknown flag --mem-fraction-statc (did you mean --mem-fraction-static?)"},
 		{[]string{grid}, `grid.yaml:5:19: budget.sampler: "grid" needs a finite space: give every float param a step, or use tpe (m has no step)`},
+		{[]string{huge}, `huge.yaml:6:19: budget.sampler: "grid" lists every config before its first trial, and the space has up to 1001000 (more than 1000000); use coarser steps or fewer choices (m has 1001 values, r 1000), or sampler tpe or random`},
 		{[]string{two}, "two.yaml:4:1: a second YAML document starts here; a study file holds one document"},
 		{[]string{"../../testdata/studies/bad/wrong-type.yaml"}, "wrong-type.yaml:7:14: gpus.per_trial"},
 		{[]string{filepath.Join(dir, "missing.yaml")}, "no such file"},
@@ -101,7 +110,7 @@ func TestCheckBadInput(t *testing.T) {
 			t.Errorf("%v: output lacks %q:\n%s", tt.args, tt.want, out)
 		}
 	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 3 {
+	if entries, _ := os.ReadDir(dir); len(entries) != 4 {
 		t.Errorf("check wrote files: %v", entries)
 	}
 }

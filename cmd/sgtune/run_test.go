@@ -207,6 +207,12 @@ func TestBadInputWritesNothing(t *testing.T) {
 		// creating the database and sgtune-logs/.
 		"grid over a continuous space": "name: x\nmodel: m\nengine: {command: \"true\"}\n" +
 			"params: [{name: m, type: float, low: 0.7, high: 0.9, flag: --mem-fraction-static}]\nbudget: {sampler: grid}\n",
+		// run built every point of the grid, twice, then created the
+		// database and sgtune-logs/ (past the cap here; out of memory at
+		// a few hundred million points).
+		"grid past its cap": "name: x\nmodel: m\nengine: {command: \"true\"}\n" +
+			"params: [{name: m, type: float, low: 0.5, high: 0.9, step: 0.0004, flag: --mem-fraction-static},\n" +
+			"  {name: r, type: int, low: 1, high: 1000, flag: --max-running-requests}]\nbudget: {sampler: grid}\n",
 	}
 	for name, body := range cases {
 		t.Run(name, func(t *testing.T) {
