@@ -466,13 +466,19 @@ func StartSlurm(ctx context.Context, spec Spec, opt SlurmOptions) (_ *SlurmServe
 		}
 		s.logFile, out = f, f
 		s.dir = JobDir(logPath)
+		// No sink yet (closeLog needs one): the empty log is closed here.
+		noJobDir := func(err error) error {
+			s.logFile = nil
+			if cerr := f.Close(); cerr != nil {
+				return errors.Join(fmt.Errorf("launcher: job dir: %w", err), fmt.Errorf("launcher: close log: %w", cerr))
+			}
+			return fmt.Errorf("launcher: job dir: %w", err)
+		}
 		if err := os.RemoveAll(s.dir); err != nil {
-			s.closeLog()
-			return nil, fmt.Errorf("launcher: job dir: %w", err)
+			return nil, noJobDir(err)
 		}
 		if err := os.Mkdir(s.dir, 0o700); err != nil {
-			s.closeLog()
-			return nil, fmt.Errorf("launcher: job dir: %w", err)
+			return nil, noJobDir(err)
 		}
 	} else {
 		// Without a log path only this host sees the job's files.

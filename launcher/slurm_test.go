@@ -59,6 +59,23 @@ func TestSlurmTime(t *testing.T) {
 
 // TestSlurm runs the simulator as Slurm jobs on a local two-node cluster
 // with fake GPUs (scripts/slurm-up.sh).
+// TestSlurmJobDirFailure: a job directory that cannot be made (here a
+// name one past the filesystem's 255 bytes; a full disk in practice) is an
+// error naming it, with the log closed. Before, StartSlurm closed the log
+// through a sink it had not made yet and panicked (nil pointer), taking
+// the whole run down. No Slurm is needed: the job dir comes before sbatch.
+func TestSlurmJobDirFailure(t *testing.T) {
+	logPath := filepath.Join(t.TempDir(), strings.Repeat("a", 251)+".log") // 255 bytes; its .slurm dir is 257
+	spec := Spec{Argv: []string{"true"}, LogPath: logPath}
+	srv, err := StartSlurm(context.Background(), spec, SlurmOptions{})
+	if srv != nil || err == nil || !strings.Contains(err.Error(), "launcher: job dir: ") {
+		t.Fatalf("StartSlurm = %v, %v; want a job dir error", srv, err)
+	}
+	if _, serr := os.Stat(logPath); serr != nil {
+		t.Errorf("log file: %v", serr)
+	}
+}
+
 func TestSlurm(t *testing.T) {
 	bin := buildSim(t)
 	slurmtest.Start(t, 2, 8)
