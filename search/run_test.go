@@ -1561,7 +1561,7 @@ func TestCheckRefusesUnbuildableSampler(t *testing.T) {
 		// 2 ep x 500001 slots: counted, not listed (the preflight
 		// listed all of them, and out of memory in a larger space).
 		{"grid past its cap", "grid", "{name: slots, type: int, low: 1, high: 500001, flag: --max-mamba-cache-size}",
-			`budget.sampler: sampler "grid" lists every config, and the space has up to 1000002 (more than 1000000)`},
+			`budget.sampler: sampler "grid" lists every config, and the space has more than 1000000 (up to 1000002)`},
 		{"unknown sampler", "cmaes", continuous, `budget.sampler: unknown sampler "cmaes"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -101,11 +101,11 @@ func classify(t goptuna.FrozenTrial) (float64, sampler.ObsKind) {
 // listed (the loader refuses it too; this keeps callers that skip it from
 // running out of memory).
 func GridPoints(st *space.Study) ([]map[string]float64, error) {
-	switch n, finite := st.Bound(); {
-	case !finite:
+	if _, finite := st.Bound(); !finite {
 		return nil, errors.New(`sampler "grid" needs a finite space (every float param needs a step)`)
-	case n > float64(space.MaxGridConfigs):
-		return nil, fmt.Errorf(`sampler "grid" lists every config, and the space has up to %.0f (more than %d)`, n, space.MaxGridConfigs)
+	}
+	if n, over := st.Over(space.MaxGridConfigs); over {
+		return nil, fmt.Errorf(`sampler "grid" lists every config, and the space has more than %d (up to %.0f)`, space.MaxGridConfigs, n)
 	}
 	var points []map[string]float64
 	var err error

@@ -1392,14 +1392,19 @@ func (d *dec) budget(st *Study, top *mapNode) {
 	// (counted from the params, before anything is listed). Refused here,
 	// a file that run cannot search is refused by check too, before
 	// anything is written.
-	switch n, finite := st.Bound(); {
+	_, finite := st.Bound()
+	switch {
 	case (b.Sampler == "bayes" || b.Sampler == "grid") && !finite:
 		m.failKey("sampler", `%q needs a finite space: give every float param a step, or use tpe (%s)`, b.Sampler, continuous(st))
-	case b.Sampler == "bayes" && n > float64(MaxBayesConfigs):
-		m.failKey("sampler", `"bayes" scores every config, and the space has up to %.0f (more than %d); use tpe`, n, MaxBayesConfigs)
-	case b.Sampler == "grid" && n > float64(MaxGridConfigs):
-		m.failKey("sampler", `"grid" lists every config before its first trial, and the space has up to %.0f (more than %d); use coarser steps or fewer choices (%s), or sampler tpe or random`,
-			n, MaxGridConfigs, mostValues(st))
+	case b.Sampler == "bayes":
+		if n, over := st.Over(MaxBayesConfigs); over {
+			m.failKey("sampler", `"bayes" scores every config, and the space has more than %d (up to %.0f); use tpe`, MaxBayesConfigs, n)
+		}
+	case b.Sampler == "grid":
+		if n, over := st.Over(MaxGridConfigs); over {
+			m.failKey("sampler", `"grid" lists every config before its first trial, and the space has more than %d (up to %.0f); use coarser steps or fewer choices%s, or sampler tpe or random`,
+				MaxGridConfigs, n, mostValues(st))
+		}
 	}
 	var seed int
 	if m.int("seed", &seed) {
@@ -1439,7 +1444,8 @@ func continuous(st *Study) string {
 }
 
 // mostValues names the params of a finite space with the most values,
-// for messages: "a has 1000 values, b 451, c 2".
+// for messages: " (a has 1000 values, b 451, c 2)"; "" when none has more
+// than one.
 func mostValues(st *Study) string {
 	type counted struct {
 		name string
@@ -1460,7 +1466,10 @@ func mostValues(st *Study) string {
 			out = append(out, fmt.Sprintf("%s %.0f", p.name, p.n))
 		}
 	}
-	return strings.Join(out, ", ")
+	if len(out) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(out, ", ") + ")"
 }
 
 func (d *dec) launch(st *Study, top *mapNode) {

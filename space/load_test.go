@@ -231,19 +231,21 @@ func TestLoadErrorTable(t *testing.T) {
 		{"grid huge", base + "params:\n  - {name: mf, type: float, low: 0.5, high: 0.95, step: 0.001, flag: --mem-fraction-static}\n" +
 			"  - {name: sc, type: float, low: 0.1, high: 1.5, step: 0.001, flag: --schedule-conservativeness}\n" +
 			"  - {name: cp, type: int, low: 512, high: 16384, step: 16, flag: --chunked-prefill-size}\nbudget: {sampler: grid}\n",
-			`t.yaml:10:19: budget.sampler: "grid" lists every config before its first trial, and the space has up to 627428043 (more than 1000000); use coarser steps or fewer choices (sc has 1401 values, cp 993, mf 451), or sampler tpe or random`},
-		// A conditional param counts one more value (off), as Bound does.
-		{"grid conditional", base + "params:\n  - {name: a, type: int, low: 1, high: 1000, flag: --max-running-requests}\n" +
+			`t.yaml:10:19: budget.sampler: "grid" lists every config before its first trial, and the space has more than 1000000 (up to 627428043); use coarser steps or fewer choices (sc has 1401 values, cp 993, mf 451), or sampler tpe or random`},
+		// Where Bound is over only through when: params, the configs are
+		// counted: 1 + 1000 × 1000 here (see TestOverCountsConditional for
+		// one under the cap).
+		{"grid conditional", base + "params:\n  - {name: a, type: int, low: 1, high: 1001, flag: --max-running-requests}\n" +
 			"  - {name: b, type: int, low: 1, high: 1000, flag: --cuda-graph-max-bs, when: a > 1}\nbudget: {sampler: grid}\n",
-			`t.yaml:9:19: budget.sampler: "grid" lists every config before its first trial, and the space has up to 1001000 (more than 1000000)`},
+			`t.yaml:9:19: budget.sampler: "grid" lists every config before its first trial, and the space has more than 1000000 (up to 1002001)`},
 		// One float's 400 million values are counted, not listed (over 6 GB).
 		{"grid fine step", base + "params:\n  - {name: mf, type: float, low: 0.1, high: 0.9, step: 0.000000002, flag: --mem-fraction-static}\nbudget: {sampler: grid}\n",
-			`t.yaml:8:19: budget.sampler: "grid" lists every config before its first trial, and the space has up to 400000001 (more than 1000000); use coarser steps or fewer choices (mf has 400000001 values), or sampler tpe or random`},
+			`t.yaml:8:19: budget.sampler: "grid" lists every config before its first trial, and the space has more than 1000000 (up to 400000001); use coarser steps or fewer choices (mf has 400000001 values), or sampler tpe or random`},
 		// The count of a range with high below low is 0, not a panic.
 		{"float low > high with a step", base + "params:\n  - {name: mf, type: float, low: 0.9, high: 0.1, step: 0.1, flag: --mem-fraction-static}\n",
 			"t.yaml:7:45: params[mf].high: 0.1 is below low 0.9; valid: high >= low"},
 		{"bayes huge", base + "params:\n  - {name: a, type: int, low: 1, high: 1000, flag: --max-running-requests}\n  - {name: b, type: int, low: 1, high: 1000, flag: --cuda-graph-max-bs}\nbudget: {sampler: bayes}\n",
-			`budget.sampler: "bayes" scores every config, and the space has up to 1000000 (more than 200000); use tpe`},
+			`budget.sampler: "bayes" scores every config, and the space has more than 200000 (up to 1000000); use tpe`},
 		{"trials", base + "budget: {trials: 0}\n", "budget.trials: 0; valid: an integer >= 1"},
 		{"parallel", base + "budget: {parallel: 3}\n", "budget.parallel: 3; valid: 1..1"},
 		{"limits", base + "on_limits_reduced: warn\n", `on_limits_reduced: "warn"; valid: reject (default) or accept`},

@@ -77,6 +77,45 @@ func (s *Study) Bound() (n float64, ok bool) {
 	return n, true
 }
 
+// Over reports whether a finite space has more than limit configs, and
+// its Bound. Where Bound is over the limit only through when: params (a
+// param off counts one more value, and branches that exclude each other
+// multiply), the configs are counted as Enumerate walks them, stopping
+// past limit, and no param with more than limit values is listed.
+func (s *Study) Over(limit int) (bound float64, over bool) {
+	bound, finite := s.Bound()
+	if !finite || bound <= float64(limit) {
+		return bound, false
+	}
+	if !slices.ContainsFunc(s.Params, func(p Param) bool { return p.when != nil }) {
+		return bound, true
+	}
+	n := 0
+	var rec func(i int, p Params) bool // false: past limit
+	rec = func(i int, p Params) bool {
+		if i == len(s.Params) {
+			n++
+			return n <= limit
+		}
+		par := &s.Params[i]
+		if on, err := s.active(par, p); err != nil || !on {
+			return rec(i+1, p)
+		}
+		if k, _ := par.count(); k > float64(limit) {
+			return false
+		}
+		for _, v := range par.values() {
+			p[par.Name] = v
+			if !rec(i+1, p) {
+				return false
+			}
+		}
+		delete(p, par.Name)
+		return true
+	}
+	return bound, !rec(0, Params{})
+}
+
 // Enumerate calls fn with every config of a finite space, honouring when:,
 // in a fixed order, until fn returns false. Continuous params are skipped
 // (use Sample).

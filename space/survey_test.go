@@ -88,6 +88,46 @@ func TestBoundCountsWithoutListing(t *testing.T) {
 	}
 }
 
+// TestOverCountsConditional: Bound multiplies every param's values (an off
+// param one more), so branches that exclude each other look far larger
+// than they are; Over counts their configs. Before, a grid of 2,000
+// configs with two exclusive 1,000-value branches was refused as up to
+// 2,004,002.
+func TestOverCountsConditional(t *testing.T) {
+	for _, tc := range []struct {
+		name, params string
+		limit        int
+		bound        float64
+		over         bool
+	}{
+		{"exclusive branches", "  - {name: sp, type: categorical, choices: [fcfs, lpm], flag: --schedule-policy}\n" +
+			"  - {name: x, type: int, low: 1, high: 1000, flag: --max-running-requests, when: \"sp == 'fcfs'\"}\n" +
+			"  - {name: y, type: int, low: 1, high: 1000, flag: --cuda-graph-max-bs, when: \"sp == 'lpm'\"}\n", 1000000, 2 * 1001 * 1001, false},
+		{"exactly at the limit", "  - {name: sp, type: categorical, choices: [fcfs, lpm], flag: --schedule-policy}\n" +
+			"  - {name: x, type: int, low: 1, high: 1000, flag: --max-running-requests, when: \"sp == 'fcfs'\"}\n" +
+			"  - {name: y, type: int, low: 1, high: 1000, flag: --cuda-graph-max-bs, when: \"sp == 'lpm'\"}\n", 2000, 2 * 1001 * 1001, false},
+		{"one past the limit", "  - {name: sp, type: categorical, choices: [fcfs, lpm], flag: --schedule-policy}\n" +
+			"  - {name: x, type: int, low: 1, high: 1000, flag: --max-running-requests, when: \"sp == 'fcfs'\"}\n" +
+			"  - {name: y, type: int, low: 1, high: 1000, flag: --cuda-graph-max-bs, when: \"sp == 'lpm'\"}\n", 1999, 2 * 1001 * 1001, true},
+		// An active param with more values than the limit decides without
+		// listing them.
+		{"fine float in a branch", "  - {name: b, type: bool, values: {false: --disable-radix-cache}}\n" +
+			"  - {name: mf, type: float, low: 0.1, high: 0.9, step: 0.000000002, flag: --mem-fraction-static, when: b}\n", 1000000, 2 * 400000002, true},
+		{"no when: the bound decides", "  - {name: a, type: int, low: 1, high: 1001, flag: --max-running-requests}\n" +
+			"  - {name: b, type: int, low: 1, high: 1000, flag: --cuda-graph-max-bs}\n", 1000000, 1001 * 1000, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := Parse("s.yaml", []byte(base+"params:\n"+tc.params))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bound, over := st.Over(tc.limit); bound != tc.bound || over != tc.over {
+				t.Errorf("Over(%d) = %v, %v; want %v, %v", tc.limit, bound, over, tc.bound, tc.over)
+			}
+		})
+	}
+}
+
 // A when: that cannot be evaluated for one choice fails every config with
 // that choice for the same reason: the survey lists it once, with how many
 // configs it failed, not once per config.
