@@ -14,17 +14,19 @@ import (
 
 // A flag two params emit is emitted twice by every config that has both
 // active with such values, and the engine takes one of the two: each such
-// config would be rejected at survey time naming neither param. Two params
-// may share a flag when no config has both writing it: their when:
-// conditions never hold together (one param written per branch), or a
+// config would be rejected at survey time naming neither param. So is a
+// derived flag that a param or another derived entry writes too. Two
+// writers may share a flag when no config has both writing it: their when:
+// conditions never hold together (one written per branch), or a
 // constraint rejects those configs. That is decided here by enumerating
 // the params the conditions and those constraints read, and left to the
 // survey when one of them is continuous or there are too many
-// combinations.
+// combinations. (A flag fixed: writes is refused outright, by
+// fixedConflict: every config has it.)
 
 // maxShareCombos bounds the combinations enumerated to decide whether two
-// params sharing a flag can be active together, and maxShareTotal those
-// of all pairs of a study (a file of many params sharing one flag).
+// writers sharing a flag can both write it, and maxShareTotal those of all
+// pairs of a study (a file of many params sharing one flag).
 const (
 	maxShareCombos = 100000
 	maxShareTotal  = 1000000
@@ -37,6 +39,25 @@ type emittedFlag struct {
 	written string          // the flag as written there
 	values  map[string]bool // values (as text) that emit it
 }
+
+// derivedFlag is where a derived entry writes its flag: the setting
+// (engine.FlagSpec.Setting) and the entry's flag field and index in the
+// file.
+type derivedFlag struct {
+	setting string
+	index   int
+	at      flagNode
+}
+
+// flagWriter is what may write a flag in a config: a param, or a derived
+// entry.
+type flagWriter struct {
+	param   int      // the param's index in st.Params; -1 for a derived entry
+	derived *Derived // the derived entry, else nil
+}
+
+func paramWriter(i int) flagWriter         { return flagWriter{param: i} }
+func derivedWriter(dv *Derived) flagWriter { return flagWriter{param: -1, derived: dv} }
 
 // emittedFlags lists the flags a param emits, by the setting they write
 // (engine.FlagSpec.Setting: the canonical name, or --NAME for vLLM's
@@ -120,11 +141,12 @@ func scalarText(n *yaml.Node) string {
 }
 
 // sharedFlags reports each param that emits a flag an earlier param emits
-// too, when some config has both active with values that emit it and
-// passes the constraints.
+// too, and each derived entry whose flag a param or an earlier derived
+// entry writes too, when some config has both writing it and passes the
+// constraints.
 func (d *dec) sharedFlags(st *Study) {
 	emitted := d.emitted
-	if len(emitted) != len(st.Params) {
+	if len(emitted) != len(st.Params) || len(d.derivedFlags) != len(st.Derived) {
 		return
 	}
 	budget := maxShareTotal
@@ -135,42 +157,84 @@ func (d *dec) sharedFlags(st *Study) {
 				if ei == nil {
 					continue
 				}
-				if both, decided := st.coEmit(i, j, flag, &budget); !decided || !both {
+				if both, decided := st.coEmit(paramWriter(i), paramWriter(j), flag, &budget); !decided || !both {
 					continue
 				}
-				other := fmt.Sprintf("params[%s]'s flag", st.Params[i].Name)
-				if strings.Contains(ei.at.path, ".values") {
-					other = "written by " + ei.at.path
-				}
-				if ei.written != ej.written {
-					other += " (as " + ei.written + ")"
-				}
-				d.fail(ej.at.node, ej.at.path, "%s is also %s; valid: one param per flag (two may share one where no config has both writing it: when: conditions that never hold together, or a constraint)", ej.written, other)
+				d.fail(ej.at.node, ej.at.path, "%s is also %s; valid: one param per flag (two may share one where no config has both writing it: when: conditions that never hold together, or a constraint)",
+					ej.written, ei.says(st.Params[i].Name, ej.written))
 				break
 			}
 		}
 	}
+	// A derived entry is blamed, whatever its place: the param is where
+	// the flag is searched, the entry what repeats it.
+	const apart = "where no config has both writing it: when: conditions that never hold together, or a constraint"
+	for j, dj := range d.derivedFlags {
+		dv := &st.Derived[j]
+		other, valid := "", ""
+		for i := range st.Params {
+			if ei := emitted[i][dj.setting]; ei != nil {
+				if both, decided := st.coEmit(paramWriter(i), derivedWriter(dv), dj.setting, &budget); decided && both {
+					other = ei.says(st.Params[i].Name, dv.Flag)
+					valid = "derive it or search it, not both (a param and a derived entry may share a flag " + apart + ")"
+					break
+				}
+			}
+		}
+		for i := 0; i < j && other == ""; i++ {
+			if di := d.derivedFlags[i]; di.setting == dj.setting {
+				if both, decided := st.coEmit(derivedWriter(&st.Derived[i]), derivedWriter(dv), dj.setting, &budget); decided && both {
+					other = fmt.Sprintf("derived[%d]'s flag", di.index)
+					if st.Derived[i].Flag != dv.Flag {
+						other += " (as " + st.Derived[i].Flag + ")"
+					}
+					valid = "one derived entry per flag (two may share one " + apart + ")"
+				}
+			}
+		}
+		if other != "" {
+			d.fail(dj.at.node, dj.at.path, "%s is also %s; valid: %s", dv.Flag, other, valid)
+		}
+	}
 }
 
-// coEmit reports whether some config has params i and j both active, each
-// with a value that emits flag (a setting), that passes the
+// says names where e's param (named name) writes the flag, for messages:
+// "params[a]'s flag" or "written by params[a].values.x", with " (as
+// --no-x)" where it spells the flag otherwise than written, the other
+// writer's spelling.
+func (e *emittedFlag) says(name, written string) string {
+	out := fmt.Sprintf("params[%s]'s flag", name)
+	if strings.Contains(e.at.path, ".values") {
+		out = "written by " + e.at.path
+	}
+	if e.written != written {
+		out += " (as " + e.written + ")"
+	}
+	return out
+}
+
+// coEmit reports whether some config has writers a and b both writing
+// flag (a setting), a param active with a value that emits it, a derived
+// entry with its when: holding and a value that writes it, that passes the
 // constraints on params; decided is false when that cannot be told by
 // enumerating the params their when: conditions and the constraints read
 // (a continuous one, a prediction, a condition that did not compile, or
 // more combinations than maxShareCombos or what is left of budget, which
 // it spends).
-func (st *Study) coEmit(i, j int, flag string, budget *int) (both, decided bool) {
+func (st *Study) coEmit(a, b flagWriter, flag string, budget *int) (both, decided bool) {
 	index := map[string]int{}
 	for k, p := range st.Params {
 		index[p.Name] = k
 	}
-	inSet := map[int]bool{i: true, j: true}
+	inSet := map[int]bool{}
 	read := map[int]bool{} // read by a condition or a constraint
-	queue := []int{i, j}
-	add := func(names []string) {
+	var queue []int
+	// need adds the params names; reads says their values are read too,
+	// else only whether they are active (their own when: is followed).
+	need := func(names []string, reads bool) {
 		for _, name := range names {
 			if r, ok := index[name]; ok { // else gpus_per_trial: fixed
-				read[r] = true
+				read[r] = read[r] || reads
 				if !inSet[r] {
 					inSet[r] = true
 					queue = append(queue, r)
@@ -178,7 +242,27 @@ func (st *Study) coEmit(i, j int, flag string, budget *int) (both, decided bool)
 			}
 		}
 	}
-	// The params the two conditions read, the ones those read, ..., and
+	add := func(names []string) { need(names, true) }
+	for _, w := range []flagWriter{a, b} {
+		if w.derived == nil {
+			need([]string{st.Params[w.param].Name}, false)
+			continue
+		}
+		dv := w.derived
+		if dv.When != "" && dv.when == nil || dv.value == nil {
+			return false, false
+		}
+		if dv.when != nil {
+			add(dv.when.Names())
+		}
+		// A value that gives a number or a string writes the flag whatever
+		// the values of the params it reads, once they are all active
+		// (derive writes nothing for an unset name): those are followed,
+		// not enumerated. One that may give true, false or null is.
+		k := dv.value.kinds(st.domainOf)
+		need(dv.value.Names(), k == nil || k["bool"] || k["null"])
+	}
+	// The params the conditions read, the ones those read, ..., and
 	// those of the constraints on any of them. A constraint that cannot be
 	// evaluated here (on a continuous param, or on predicted.*: nothing is
 	// predicted at load) may be what keeps the two apart: undecided.
@@ -222,8 +306,9 @@ func (st *Study) coEmit(i, j int, flag string, budget *int) (both, decided bool)
 		}
 	}
 	order := slices.Sorted(maps.Keys(inSet))
-	// domain is what k may take: every value where a condition reads it,
-	// else one stand-in (i or j unread: some value of it emits the flag).
+	// domain is what k may take: every value where it is read, else one
+	// stand-in (a param writer unread: some value of it emits the flag; a
+	// param a derived value reads: active with some value).
 	domain := map[int][]any{}
 	combos := 1
 	for _, k := range order {
@@ -242,10 +327,14 @@ func (st *Study) coEmit(i, j int, flag string, budget *int) (both, decided bool)
 		}
 	}
 	*budget -= combos
-	var rec func(n int, p Params, onI, onJ bool) bool
-	rec = func(n int, p Params, onI, onJ bool) bool {
+	standIn := map[string]bool{} // active params with a stand-in value
+	writes := func(w flagWriter, p Params) bool {
+		return w.derived != nil && st.derivedWrites(w.derived, p, standIn)
+	}
+	var rec func(n int, p Params, onA, onB bool) bool
+	rec = func(n int, p Params, onA, onB bool) bool {
 		if n == len(order) {
-			if !onI || !onJ {
+			if !(onA || writes(a, p)) || !(onB || writes(b, p)) {
 				return false
 			}
 			env := st.env(p, nil)
@@ -264,16 +353,19 @@ func (st *Study) coEmit(i, j int, flag string, budget *int) (both, decided bool)
 			on = false
 		}
 		if !on {
-			return rec(n+1, p, onI, onJ)
+			return rec(n+1, p, onA, onB)
 		}
 		for _, v := range domain[k] {
-			emitting := v == nil // an unread i or j: some value emits it
+			emitting := v == nil // an unread param writer: some value emits it
 			if v != nil {
 				p[par.Name] = v
 				emitting = st.emitsFlag(par, par.text(v), flag)
+			} else {
+				standIn[par.Name] = true
 			}
-			ok := rec(n+1, p, onI || (k == i && emitting), onJ || (k == j && emitting))
+			ok := rec(n+1, p, onA || (k == a.param && emitting), onB || (k == b.param && emitting))
 			delete(p, par.Name)
+			delete(standIn, par.Name)
 			if ok {
 				return true
 			}
@@ -281,6 +373,27 @@ func (st *Study) coEmit(i, j int, flag string, budget *int) (both, decided bool)
 		return false
 	}
 	return rec(0, Params{}, false, false), true
+}
+
+// derivedWrites reports whether dv writes its flag in config p, where the
+// params in standIn are active with a value not enumerated (dv's value
+// then gives a number or a string: it writes whatever they are). As in
+// derive: a when: that is false or reads an unset name writes nothing, nor
+// does a value that reads one or gives false or null; an error fails the
+// config, which then writes nothing either.
+func (st *Study) derivedWrites(dv *Derived, p Params, standIn map[string]bool) bool {
+	env := st.env(p, nil)
+	if dv.when != nil {
+		if on, err := dv.when.EvalBool(env); err != nil || !on {
+			return false
+		}
+	}
+	names := dv.value.Names()
+	if slices.ContainsFunc(names, func(n string) bool { return standIn[n] }) {
+		return !slices.ContainsFunc(names, func(n string) bool { _, set := env[n]; return !set && !standIn[n] })
+	}
+	v, err := dv.value.Eval(env)
+	return err == nil && len(dv.words(v)) > 0
 }
 
 // emitsFlag reports whether value v of par writes flag (a setting).

@@ -168,7 +168,7 @@ func (d *dec) study(st *Study, root *yaml.Node) {
 	d.params(st, m)
 	d.derived(st, m)
 	d.constraints(st, m)
-	d.sharedFlags(st) // after constraints: one may keep two params apart
+	d.sharedFlags(st) // after constraints: one may keep two writers apart
 	st.OnLimitsReduced = "reject"
 	if m.str("on_limits_reduced", &st.OnLimitsReduced) && st.OnLimitsReduced != "reject" && st.OnLimitsReduced != "accept" {
 		m.failKey("on_limits_reduced", "%q; valid: reject (default) or accept", st.OnLimitsReduced)
@@ -1098,6 +1098,7 @@ func (d *dec) derived(st *Study, top *mapNode) {
 			dv.when, _ = d.compile(st, m.at("when"), m.path+".when", dv.When, names, false)
 		}
 		st.Derived = append(st.Derived, dv)
+		d.derivedFlags = append(d.derivedFlags, derivedFlag{setting: spec.Setting(), index: i, at: flagNode{m.at("flag"), m.path + ".flag"}})
 	}
 }
 

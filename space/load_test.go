@@ -91,7 +91,8 @@ func TestLoadDerivedValuesThatCanResolve(t *testing.T) {
 		"{flag: --speculative-num-draft-tokens, value: gpus_per_trial * 2}",
 		"{flag: --speculative-num-draft-tokens, value: \"'7'\"}",
 		"{flag: --speculative-num-draft-tokens, value: slots}", // 256 and 384 resolve; auto does not
-		"{flag: --speculative-algorithm, value: \"'EAGLE'\", when: speculative == 'EAGLE'}",
+		// Not --speculative-algorithm: speculative's EAGLE writes it too.
+		"{flag: --kv-cache-dtype, value: \"'fp8_e5m2'\", when: speculative == 'EAGLE'}",
 		"{flag: --enable-metrics, value: radix}",
 		"{flag: --enable-metrics, value: ep > 1 and not radix}",
 		"{flag: --speculative-num-draft-tokens, value: 'null'}",
@@ -204,6 +205,35 @@ func TestLoadErrorTable(t *testing.T) {
 			"  - {name: s1, type: int, low: 1, high: 3, flag: --speculative-num-steps, when: speculative == 'EAGLE'}\n" +
 			"  - {name: s2, type: int, low: 2, high: 4, flag: --speculative-num-steps, when: ep == 4}\n",
 			"t.yaml:14:50: params[s2].flag: --speculative-num-steps is also params[s1]'s flag"},
+		// A derived flag a param writes too is an error at the entry's
+		// flag, naming the param, as for two params (each config with
+		// both would emit it twice, rejected at survey time naming
+		// neither).
+		{"derived flag a param writes", base + compareParams +
+			"  - {name: steps, type: int, low: 1, high: 3, flag: --speculative-num-steps, when: speculative == 'EAGLE'}\n" +
+			"  - {name: draft, type: int, low: 2, high: 4, flag: --speculative-num-draft-tokens, when: speculative == 'EAGLE'}\n" +
+			"derived:\n  - flag: --speculative-num-draft-tokens\n    value: steps + 1\n    when: speculative == 'EAGLE'\n",
+			"t.yaml:16:11: derived[--speculative-num-draft-tokens].flag: --speculative-num-draft-tokens is also params[draft]'s flag; valid: derive it or search it, not both"},
+		{"derived flag in a param's values", base + compareParams +
+			"  - {name: draft, type: bool, values: {true: --speculative-num-draft-tokens 4, false: ''}}\n" +
+			"derived:\n  - {flag: --speculative-num-draft-tokens, value: ep + 1}\n",
+			"t.yaml:15:12: derived[--speculative-num-draft-tokens].flag: --speculative-num-draft-tokens is also written by params[draft].values.true"},
+		// The derived value's params must be active for it to write: here
+		// they are wherever the param writes the flag.
+		{"derived flag, value's param active with the param", base + compareParams +
+			"  - {name: steps, type: int, low: 1, high: 3, flag: --speculative-num-steps, when: speculative == 'EAGLE'}\n" +
+			"  - {name: draft, type: int, low: 2, high: 4, flag: --speculative-num-draft-tokens, when: ep == 4}\n" +
+			"derived:\n  - {flag: --speculative-num-draft-tokens, value: steps + 1}\n",
+			"derived[--speculative-num-draft-tokens].flag: --speculative-num-draft-tokens is also params[draft]'s flag"},
+		{"vllm derived switch a param writes", vllmBase + "params:\n  - {name: a, type: bool, values: {true: --enable-prefix-caching, false: ''}}\n  - {name: s, type: bool}\n" +
+			"derived:\n  - {flag: --no-enable-prefix-caching, value: s}\n",
+			"derived[--no-enable-prefix-caching].flag: --no-enable-prefix-caching is also written by params[a].values.true (as --enable-prefix-caching)"},
+		{"two derived entries one flag", base + compareParams +
+			"derived:\n  - {flag: --speculative-num-draft-tokens, value: 4, when: speculative == 'EAGLE'}\n  - {flag: --speculative-num-draft-tokens, value: ep + 1, when: radix}\n",
+			"t.yaml:15:12: derived[--speculative-num-draft-tokens].flag: --speculative-num-draft-tokens is also derived[0]'s flag; valid: one derived entry per flag"},
+		{"fixed and derived", base + "fixed: {--speculative-num-draft-tokens: 4}\n" + compareParams +
+			"derived:\n  - {flag: --speculative-num-draft-tokens, value: ep + 1}\n",
+			"derived[--speculative-num-draft-tokens].flag: --speculative-num-draft-tokens is also a fixed flag; valid: derive it or fix it, not both"},
 		{"gpus group size", base + "gpus: {per_trial: 2, groups: [[0, 1], [2]]}\n", "gpus.groups[1]: 1 GPUs; valid: exactly gpus.per_trial = 2"},
 		{"gpus overlap", base + "gpus: {per_trial: 1, groups: [[0], [0]]}\n", "GPU 0 is in two groups"},
 		{"kind", base + "workload: {kind: soak}\n", `workload.kind: "soak"; valid: chat or matrix`},
@@ -357,6 +387,38 @@ func TestLoadSharedFlagExclusive(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := Parse("t.yaml", []byte(base+compareParams+params)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// A derived entry and a param, or two derived entries, that write one
+// flag load when no config has both writing it.
+func TestLoadDerivedSharedFlagExclusive(t *testing.T) {
+	for name, rest := range map[string]string{
+		"exclusive branches": "  - {name: draft, type: int, low: 2, high: 4, flag: --speculative-num-draft-tokens, when: speculative == 'none'}\n" +
+			"derived:\n  - {flag: --speculative-num-draft-tokens, value: ep + 1, when: speculative == 'EAGLE'}\n",
+		// derive writes nothing where the value reads an inactive param.
+		"value's param inactive": "  - {name: steps, type: int, low: 1, high: 3, when: speculative == 'EAGLE'}\n" +
+			"  - {name: draft, type: int, low: 2, high: 4, flag: --speculative-num-draft-tokens, when: speculative == 'none'}\n" +
+			"derived:\n  - {flag: --speculative-num-draft-tokens, value: steps + 1}\n",
+		// A switch derived false writes nothing.
+		"value false": "  - {name: m, type: bool, flag: --enable-metrics, when: radix}\n" +
+			"derived:\n  - {flag: --enable-metrics, value: ep > 1 and not radix}\n",
+		"a constraint": "  - {name: draft, type: int, low: 2, high: 4, flag: --speculative-num-draft-tokens}\n" +
+			"derived:\n  - {flag: --speculative-num-draft-tokens, value: 4, when: radix}\n" +
+			"constraints: [not radix]\n",
+		"two derived entries": "derived:\n  - {flag: --speculative-num-draft-tokens, value: 4, when: speculative == 'EAGLE'}\n" +
+			"  - {flag: --speculative-num-draft-tokens, value: ep + 1, when: speculative == 'none'}\n",
+		// Not decided at load (a continuous param's ranges): left to the
+		// survey.
+		"continuous condition": "  - {name: mfc, type: float, low: 0.7, high: 0.9}\n" +
+			"  - {name: draft, type: int, low: 2, high: 4, flag: --speculative-num-draft-tokens, when: mfc < 0.8}\n" +
+			"derived:\n  - {flag: --speculative-num-draft-tokens, value: 4, when: mfc >= 0.8}\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := Parse("t.yaml", []byte(base+compareParams+rest)); err != nil {
 				t.Error(err)
 			}
 		})

@@ -63,9 +63,11 @@ type dec struct {
 	paramAt map[string]int
 	self    string
 	selfAt  int
-	// emitted holds each param's flags, in st.Params order, for
+	// emitted holds each param's flags, in st.Params order, and
+	// derivedFlags each derived entry's, in st.Derived order, for
 	// sharedFlags.
-	emitted []map[string]*emittedFlag
+	emitted      []map[string]*emittedFlag
+	derivedFlags []derivedFlag
 }
 
 func (d *dec) failAt(line, col int, path, format string, args ...any) {
