@@ -906,8 +906,8 @@ func (d *dec) valueNodes(p *Param, m *mapNode) map[string]flagNode {
 		add(strconv.Itoa(int(p.Low)), m.node("low"), m.path+".low")
 		add(strconv.Itoa(int(p.High)), m.node("high"), m.path+".high")
 	case "float":
-		add(formatFloat(p.Low, p.Step), m.node("low"), m.path+".low")
-		add(formatFloat(p.High, p.Step), m.node("high"), m.path+".high")
+		add(formatGrid(p.Low, p.Low, p.Step), m.node("low"), m.path+".low")
+		add(formatGrid(p.High, p.Low, p.Step), m.node("high"), m.path+".high")
 	case "categorical":
 		if cn := m.node("choices"); cn != nil && cn.Kind == yaml.SequenceNode {
 			for j, c := range cn.Content {
@@ -956,7 +956,7 @@ func (d *dec) sampleValues(p *Param) []string {
 	case "int":
 		return []string{strconv.Itoa(int(p.Low)), strconv.Itoa(int(p.High))}
 	case "float":
-		return []string{formatFloat(p.Low, p.Step), formatFloat(p.High, p.Step)}
+		return []string{formatGrid(p.Low, p.Low, p.Step), formatGrid(p.High, p.Low, p.Step)}
 	}
 	return p.Choices
 }

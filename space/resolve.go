@@ -77,8 +77,19 @@ func (par *Param) suggest(sg Suggester) (any, error) {
 // roundToStep snaps x to low + k*step and trims float noise.
 func roundToStep(x, low, step float64) float64 {
 	k := math.Round((x - low) / step)
-	v, _ := strconv.ParseFloat(formatFloat(low+k*step, step), 64)
+	v, _ := strconv.ParseFloat(formatGrid(low+k*step, low, step), 64)
 	return v
+}
+
+// formatGrid prints x, a value of the grid from low by step, with as many
+// decimals as low or step has, whichever has more: low 0.05 by 0.1 gives
+// 0.05, 0.15, ..., not 0.1 (0.05 rounded to the step's one decimal), 0.2
+// twice and 1 above a high of 0.95.
+func formatGrid(x, low, step float64) string {
+	if step <= 0 {
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	}
+	return formatDecimals(x, max(decimals(step), decimals(low)))
 }
 
 // formatFloat prints x with as many decimals as step has (shortest form
@@ -87,10 +98,25 @@ func formatFloat(x, step float64) string {
 	if step <= 0 {
 		return strconv.FormatFloat(x, 'f', -1, 64)
 	}
-	dec := 0
-	for s := step; dec < 10 && math.Abs(s-math.Round(s)) > 1e-9; s *= 10 {
-		dec++
+	return formatDecimals(x, decimals(step))
+}
+
+// decimals is how many decimals x has, at most 10: the fewest after which
+// x is a whole number (of at least 1 unless x is 0, so that a step of 1e-9
+// has 9, not 0).
+func decimals(x float64) int {
+	for dec := 0; dec < 10; dec++ {
+		s := x * math.Pow10(dec)
+		r := math.Round(s)
+		if (r != 0 || x == 0) && math.Abs(s-r) <= 1e-9*math.Max(1, math.Abs(r)) {
+			return dec
+		}
 	}
+	return 10
+}
+
+// formatDecimals prints x with dec decimals, trailing zeros dropped.
+func formatDecimals(x float64, dec int) string {
 	out := strconv.FormatFloat(x, 'f', dec, 64)
 	if strings.Contains(out, ".") {
 		out = strings.TrimRight(strings.TrimRight(out, "0"), ".")
@@ -193,7 +219,7 @@ func (par *Param) text(v any) string {
 	case int:
 		return strconv.Itoa(x)
 	case float64:
-		return formatFloat(x, par.Step)
+		return formatGrid(x, par.Low, par.Step)
 	case bool:
 		return strconv.FormatBool(x)
 	}
@@ -260,7 +286,7 @@ func (s *Study) domainOf(name string) *domain {
 		if p.Type == "float" {
 			d.what = fmt.Sprintf("%s is a float param", name)
 		}
-		d.rangeText = formatFloat(p.Low, p.Step) + ".." + formatFloat(p.High, p.Step)
+		d.rangeText = formatGrid(p.Low, p.Low, p.Step) + ".." + formatGrid(p.High, p.Low, p.Step)
 		if p.Step > 0 && !p.Log && !(p.Type == "int" && p.Step == 1) {
 			d.rangeText += " step " + formatFloat(p.Step, p.Step)
 		}

@@ -2,6 +2,7 @@ package space
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -190,6 +191,35 @@ derived:
 			rej := st.Check(cfg)
 			if len(rej) != 1 || rej[0].Rule != "flag_value" || !strings.Contains(rej[0].Message, tt.rejection) {
 				t.Errorf("rejections %+v, want one flag_value: %s", rej, tt.rejection)
+			}
+		})
+	}
+}
+
+// TestFloatGridDecimals: a float's values are the grid from low by step,
+// printed with the decimals of low or step, whichever has more. Before,
+// they were rounded to the step's decimals: low 0.05 by 0.1 listed 0.1,
+// 0.2, 0.2, ..., 1 (above high 0.95), and a step of 1e-9 or finer had 0
+// decimals.
+func TestFloatGridDecimals(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		low, high, step float64
+		want            []string // the values as flags print them
+	}{
+		{"low finer than step", 0.05, 0.95, 0.1, []string{"0.05", "0.15", "0.25", "0.35", "0.45", "0.55", "0.65", "0.75", "0.85", "0.95"}},
+		{"step finer than low", 0.7, 0.75, 0.01, []string{"0.7", "0.71", "0.72", "0.73", "0.74", "0.75"}},
+		{"whole step", 1, 4, 1.5, []string{"1", "2.5", "4"}},
+		{"nano step", 0.1, 0.100000002, 0.000000001, []string{"0.1", "0.100000001", "0.100000002"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			par := &Param{Name: "f", Type: "float", Low: tc.low, High: tc.high, Step: tc.step}
+			var got []string
+			for _, v := range par.values() {
+				got = append(got, par.text(v))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("values %v, want %v", got, tc.want)
 			}
 		})
 	}
