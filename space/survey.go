@@ -78,10 +78,11 @@ func (s *Study) Bound() (n float64, ok bool) {
 }
 
 // Over reports whether a finite space has more than limit configs, and
-// its Bound. Where Bound is over the limit only through when: params (a
-// param off counts one more value, and branches that exclude each other
-// multiply), the configs are counted as Enumerate walks them, stopping
-// past limit, and no param with more than limit values is listed.
+// its Bound. Bound overstates a space with when: params (a param off
+// counts one more value, and branches that exclude each other multiply):
+// where it is over the limit and some param has when:, the configs are
+// counted as Enumerate walks them, stopping one past limit (at most
+// limit+1 visits), and no param with more than limit values is listed.
 func (s *Study) Over(limit int) (bound float64, over bool) {
 	bound, finite := s.Bound()
 	if !finite || bound <= float64(limit) {
