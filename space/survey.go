@@ -92,44 +92,33 @@ func (s *Study) Over(limit int) (bound float64, over bool) {
 		return bound, true
 	}
 	n := 0
-	var rec func(i int, p Params) bool // false: past limit
-	rec = func(i int, p Params) bool {
-		if i == len(s.Params) {
-			n++
-			return n <= limit
-		}
-		par := &s.Params[i]
-		if on, err := s.active(par, p); err != nil || !on {
-			return rec(i+1, p)
-		}
-		if k, _ := par.count(); k > float64(limit) {
-			return false
-		}
-		for _, v := range par.values() {
-			p[par.Name] = v
-			if !rec(i+1, p) {
-				return false
-			}
-		}
-		delete(p, par.Name)
-		return true
-	}
-	return bound, !rec(0, Params{})
+	return bound, !s.walk(limit, func(Params) bool { n++; return n <= limit })
 }
 
 // Enumerate calls fn with every config of a finite space, honouring when:,
 // in a fixed order, until fn returns false. Continuous params are skipped
 // (use Sample).
 func (s *Study) Enumerate(fn func(Params) bool) {
+	s.walk(0, func(p Params) bool { return fn(maps.Clone(p)) })
+}
+
+// walk is Enumerate's walk: it calls leaf with each config as it is built
+// (not a copy) until leaf returns false, and reports whether it went
+// through. With maxValues > 0 it also stops, unlisted, at an active param
+// with more values than that.
+func (s *Study) walk(maxValues int, leaf func(Params) bool) bool {
 	var rec func(i int, p Params) bool
 	rec = func(i int, p Params) bool {
 		if i == len(s.Params) {
-			return fn(maps.Clone(p))
+			return leaf(p)
 		}
 		par := &s.Params[i]
 		on, err := s.active(par, p)
 		if err != nil || !on {
 			return rec(i+1, p)
+		}
+		if k, _ := par.count(); maxValues > 0 && k > float64(maxValues) {
+			return false
 		}
 		for _, v := range par.values() {
 			p[par.Name] = v
@@ -141,7 +130,7 @@ func (s *Study) Enumerate(fn func(Params) bool) {
 		delete(p, par.Name)
 		return true
 	}
-	rec(0, Params{})
+	return rec(0, Params{})
 }
 
 // RandomSuggester draws uniformly and deterministically from a seed; it is
