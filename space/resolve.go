@@ -92,15 +92,6 @@ func formatGrid(x, low, step float64) string {
 	return formatDecimals(x, max(decimals(step), decimals(low)))
 }
 
-// formatFloat prints x with as many decimals as step has (shortest form
-// without a step).
-func formatFloat(x, step float64) string {
-	if step <= 0 {
-		return strconv.FormatFloat(x, 'f', -1, 64)
-	}
-	return formatDecimals(x, decimals(step))
-}
-
 // decimals is how many decimals x has, at most 10: the fewest after which
 // x is a whole number (of at least 1 unless x is 0, so that a step of 1e-9
 // has 9, not 0).
@@ -288,7 +279,7 @@ func (s *Study) domainOf(name string) *domain {
 		}
 		d.rangeText = formatGrid(p.Low, p.Low, p.Step) + ".." + formatGrid(p.High, p.Low, p.Step)
 		if p.Step > 0 && !p.Log && !(p.Type == "int" && p.Step == 1) {
-			d.rangeText += " step " + formatFloat(p.Step, p.Step)
+			d.rangeText += " step " + formatGrid(p.Step, p.Low, p.Step)
 		}
 		return d
 	case "bool":
