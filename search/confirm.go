@@ -259,6 +259,9 @@ func (r *runner) confirm(ctx context.Context, groups [][]int) error {
 			return fmt.Errorf("release the confirmation lease: %w", err)
 		}
 	}
+	if err := r.announceConfirmations(top); err != nil {
+		return err
+	}
 	r.confirming = true
 	var wg sync.WaitGroup
 	errs := make([]error, len(groups))
@@ -313,7 +316,6 @@ func (r *runner) queueConfirmations(top []Record, rounds int) error {
 			have[*rec.ConfirmOf]++
 		}
 	}
-	queued := 0
 	for round := 1; round <= rounds; round++ {
 		for _, rec := range top {
 			if have[rec.Number] >= round {
@@ -323,17 +325,38 @@ func (r *runner) queueConfirmations(top []Record, rounds int) error {
 				return fmt.Errorf("queue a confirmation run of trial %d: %w", rec.Number, err)
 			}
 			have[rec.Number]++
-			queued++
 		}
 	}
-	if queued > 0 {
-		nums := make([]int, len(top))
-		for i, rec := range top {
-			nums[i] = rec.Number
-		}
-		r.emit(Event{Kind: EventConfirming, Trial: -1, Phase: "confirming", Queued: queued,
-			Text: fmt.Sprintf("confirming the top %d config(s) (trials %s): %d more run(s), interleaved", len(top), joinInts(nums), queued)})
+	return nil
+}
+
+// announceConfirmations emits the confirming event with every confirmation
+// run waiting to start: those just queued, and those an interrupted run or
+// another process queued before (a resumed confirmation queues none, and
+// the live line's time left counted none of them).
+func (r *runner) announceConfirmations(top []Record) error {
+	if r.opt.Events == nil {
+		return nil // no listener: spare the read
 	}
+	recs, err := Records(r.store, r.st.Name)
+	if err != nil {
+		return fmt.Errorf("count the queued confirmation runs: %w", err)
+	}
+	waiting := 0
+	for _, rec := range recs {
+		if rec.ConfirmOf != nil && rec.State == StateWaiting {
+			waiting++
+		}
+	}
+	if waiting == 0 {
+		return nil
+	}
+	nums := make([]int, len(top))
+	for i, rec := range top {
+		nums[i] = rec.Number
+	}
+	r.emit(Event{Kind: EventConfirming, Trial: -1, Phase: "confirming", Queued: waiting,
+		Text: fmt.Sprintf("confirming the top %d config(s) (trials %s): %d more run(s), interleaved", len(top), joinInts(nums), waiting)})
 	return nil
 }
 

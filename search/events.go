@@ -41,7 +41,8 @@ type Event struct {
 	// the time of the event; Best: the best score so far (nil: none).
 	Launched, Budget int
 	Best             *float64
-	// Queued is, for EventConfirming, the confirmation runs it queued.
+	// Queued is, for EventConfirming, the confirmation runs waiting to
+	// start: queued now, or before by an interrupted run or another process.
 	Queued int
 }
 

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -850,6 +852,64 @@ func TestConfirmDeclaresWinner(t *testing.T) {
 	}
 	if !sawConfirm {
 		t.Error("no confirming event")
+	}
+}
+
+// TestConfirmingEventCountsQueuedRuns: the confirming event counts every
+// confirmation run waiting to start, the live line's time left among them,
+// not only those this run queued: a resumed confirmation found some or all
+// of them queued already (it reported 2 of 4, or sent no event at all).
+func TestConfirmingEventCountsQueuedRuns(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		before int // confirmation runs queued before the run, of the 4
+	}{
+		{"none queued before", 0},
+		{"round one queued before", 2},
+		{"all queued before", 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, store, _ := openFake(t)
+			if _, err, _ := runFake(t, context.Background(), st, store, &fakeBackend{}, 1); err != nil {
+				t.Fatal(err)
+			}
+			doc := strings.NewReplacer("confirm: 0}", "confirm: 2, confirm_rounds: 2}").Replace(unitStudy)
+			confirming, err := space.Parse(st.Path, []byte(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs, err := Records(store, st.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			top := topConfigs(confirming, recs, 2)
+			if len(top) != 2 {
+				t.Fatalf("top configs %v", top)
+			}
+			for i := range tc.before { // interleaved, as the run queues them
+				orig := top[i%len(top)]
+				if _, err := store.QueueCopy(orig.ID, map[string]string{storage.AttrConfirmOf: strconv.Itoa(orig.Number)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b := &fakeBackend{}
+			sum, err, evs := runFake(t, context.Background(), confirming, store, b, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b.launches) != 4 || sum.Winner == nil {
+				t.Fatalf("%d launches, winner %+v; want the 4 confirmation runs and a winner", len(b.launches), sum.Winner)
+			}
+			var queued []int
+			for _, ev := range evs {
+				if ev.Kind == EventConfirming {
+					queued = append(queued, ev.Queued)
+				}
+			}
+			if !slices.Equal(queued, []int{4}) {
+				t.Errorf("confirming events' queued runs %v, want [4]", queued)
+			}
+		})
 	}
 }
 
