@@ -315,41 +315,49 @@ func (c *client) getJSON(ctx context.Context, path string, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-// resolveModel returns t.Model, or the first model /v1/models lists.
-func (c *client) resolveModel(ctx context.Context, model string) (string, error) {
+// servedModel is one model /v1/models lists.
+type servedModel struct {
+	ID          string `json:"id"`
+	MaxModelLen int    `json:"max_model_len"`
+}
+
+// resolveModel returns model, or the first model /v1/models lists. listed
+// is that list, for maxModelLen, so that a run reads /v1/models once; it is
+// nil when model was given and nothing was read.
+func (c *client) resolveModel(ctx context.Context, model string) (name string, listed []servedModel, err error) {
 	if model != "" {
-		return model, nil
+		return model, nil, nil
 	}
 	var list struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
+		Data []servedModel `json:"data"`
 	}
 	if err := c.lookup(ctx, "/v1/models", &list); err != nil {
 		if na := (*NoAnswerError)(nil); errors.As(err, &na) {
-			return "", na
+			return "", nil, na
 		}
-		return "", fmt.Errorf("ask /v1/models for the served model: %w", err)
+		return "", nil, fmt.Errorf("ask /v1/models for the served model: %w", err)
 	}
 	if len(list.Data) == 0 || list.Data[0].ID == "" {
-		return "", errors.New("/v1/models lists no model; pass the model name")
+		return "", nil, errors.New("/v1/models lists no model; pass the model name")
 	}
-	return list.Data[0].ID, nil
+	return list.Data[0].ID, list.Data, nil
 }
 
 // maxModelLen returns the max_model_len /v1/models gives model (0 when
 // it does not say or cannot be read: the caller then assumes no limit).
-func (c *client) maxModelLen(ctx context.Context, model string) int {
-	var list struct {
-		Data []struct {
-			ID          string `json:"id"`
-			MaxModelLen int    `json:"max_model_len"`
-		} `json:"data"`
+// listed is what resolveModel read; /v1/models is asked only when it is
+// nil.
+func (c *client) maxModelLen(ctx context.Context, model string, listed []servedModel) int {
+	if listed == nil {
+		var list struct {
+			Data []servedModel `json:"data"`
+		}
+		if err := c.lookup(ctx, "/v1/models", &list); err != nil {
+			return 0
+		}
+		listed = list.Data
 	}
-	if err := c.lookup(ctx, "/v1/models", &list); err != nil {
-		return 0
-	}
-	for _, m := range list.Data {
+	for _, m := range listed {
 		if m.ID == model {
 			return m.MaxModelLen
 		}

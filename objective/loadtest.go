@@ -30,7 +30,7 @@ const (
 func LoadTest(ctx context.Context, t Target, reader Reader, conc, n, maxTokens int) (Point, []RequestRecord, error) {
 	c := newClient(t, conc)
 	defer c.close()
-	model, err := c.resolveModel(ctx, t.Model)
+	model, _, err := c.resolveModel(ctx, t.Model)
 	if err != nil {
 		return Point{}, nil, err
 	}

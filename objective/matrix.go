@@ -56,8 +56,9 @@ func overContext(limit, context, maxOutput int) string {
 
 // runMatrix is the seed-004 workload: per context a prefill measurement
 // (one request, TTFT and prompt tok/s) and fixed-duration decode cells per
-// concurrency, skipping cells that cannot fit the KV cache.
-func runMatrix(ctx context.Context, c *client, model string, w Workload, opt Options, res *Result) error {
+// concurrency, skipping cells that cannot fit the KV cache. listed is the
+// /v1/models list Run read to name the model (nil when it read none).
+func runMatrix(ctx context.Context, c *client, model string, listed []servedModel, w Workload, opt Options, res *Result) error {
 	m := w.Matrix
 	hang := time.Duration(w.HangTimeout * float64(time.Second))
 	kv, maxRun := 0, 0
@@ -78,7 +79,7 @@ func runMatrix(ctx context.Context, c *client, model string, w Workload, opt Opt
 		limit = res.Server.ContextLength
 	}
 	if limit == 0 {
-		limit = c.maxModelLen(ctx, model)
+		limit = c.maxModelLen(ctx, model, listed)
 	}
 	if w.Quality.Enabled {
 		if err := runGate(ctx, c, model, w, opt, res, "before"); err != nil {

@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -198,5 +201,49 @@ func TestMatrixOverContext(t *testing.T) {
 		if p.Status == StatusOverCapacity && (p.Issued != 0 || !strings.Contains(p.Note, "> the server's context length 300")) {
 			t.Errorf("%s: issued %d, note %q", k, p.Issued, p.Note)
 		}
+	}
+}
+
+// TestMatrixReadsModelsOnce: a matrix run reads /v1/models once, whether
+// it names the model from it or only reads the context length there (a
+// server whose /server_info has no context_length); it read it twice
+// when it named the model. The one read's max_model_len still skips the
+// over-long cell.
+func TestMatrixReadsModelsOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		model string // Target.Model; "" asks /v1/models
+	}{
+		{"model asked", ""},
+		{"model given", "fake/model"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := &fakesse.Server{KVTokens: 100000, MaxModelLen: 300}
+			var models atomic.Int64
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/v1/models" {
+					models.Add(1)
+				}
+				srv.ServeHTTP(w, r)
+			}))
+			t.Cleanup(ts.Close)
+			w := Workload{Kind: "matrix", Matrix: MatrixSpec{Contexts: []int{64, 400}, Concurrency: []int{1}, DurationS: 0.1, MaxOutput: 64, Warmup: boolp(false)}}
+			res, err := Run(context.Background(), Target{URL: ts.URL, Model: tc.model}, w, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := models.Load(); n != 1 {
+				t.Errorf("/v1/models read %d times, want once", n)
+			}
+			over := 0
+			for _, p := range res.Points {
+				if p.Status == StatusOverCapacity {
+					over++
+				}
+			}
+			if over != 2 { // context 400: its prefill and its decode cell
+				t.Errorf("%d cells over the context length 300, want 2: %+v", over, res.Points)
+			}
+		})
 	}
 }

@@ -170,7 +170,7 @@ func RunQuality(ctx context.Context, t Target, q QualitySpec) (*QualityCheck, er
 	w := Workload{Quality: q}.WithDefaults()
 	c := newClient(t, 8)
 	defer c.close()
-	model, err := c.resolveModel(ctx, t.Model)
+	model, _, err := c.resolveModel(ctx, t.Model)
 	if err != nil {
 		return nil, err
 	}

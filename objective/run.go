@@ -101,7 +101,7 @@ func Run(ctx context.Context, t Target, w Workload, opt Options) (*Result, error
 	c := newClient(t, maxConc)
 	c.trace = opt.Trace != nil
 	defer c.close()
-	model, err := c.resolveModel(ctx, t.Model)
+	model, listed, err := c.resolveModel(ctx, t.Model)
 	if err != nil {
 		if u := unreachable(t.URL, err); u != nil {
 			return res, u
@@ -132,7 +132,7 @@ func Run(ctx context.Context, t Target, w Workload, opt Options) (*Result, error
 	case "chat":
 		runErr = runChat(ctx, c, model, w, opt, res)
 	case "matrix":
-		runErr = runMatrix(ctx, c, model, w, opt, res)
+		runErr = runMatrix(ctx, c, model, listed, w, opt, res)
 	}
 	res.finish(errors.Is(runErr, ErrInterrupted))
 	return res, runErr
