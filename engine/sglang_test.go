@@ -75,6 +75,21 @@ func TestParseFacts(t *testing.T) {
 			ready: true,
 		},
 		{
+			// A dense model has no Mamba pool: its facts are the KV pool,
+			// the summary and the graphs, with no state slots.
+			name: "dense model startup without a Mamba pool",
+			log: "[2026-02-12 11:38:20 TP0] Load weight end. elapsed=8.00 s, type=LlamaForCausalLM, avail mem=70.10 GB, mem usage=8.00 GB.\n" +
+				"[2026-02-12 11:38:21 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 921354, K size: 28.12 GB, V size: 28.12 GB\n" +
+				"[2026-02-12 11:38:21 TP0] Memory pool end. avail mem=13.03 GB\n" +
+				"[2026-02-12 11:38:22 TP0] Capture target decode CUDA graph end. elapsed=12.00 s, mem usage=1.60 GB, avail mem=11.03 GB.\n" +
+				"[2026-02-12 11:38:22 TP0] max_total_num_tokens=921354, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=3599, context_len=131072, available_gpu_mem=11.03 GB\n" +
+				"[2026-02-12 11:38:23 TP0] Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False\n" +
+				"[2026-02-12 11:38:23] The server is fired up and ready to roll!\n",
+			want: Facts{KVCacheTokens: 921354, CUDAGraph: true, MaxTotalNumTokens: 921354, ChunkedPrefillSize: 8192, MaxPrefillTokens: 16384,
+				MaxRunningRequests: 3599, ContextLen: 131072, AvailableGPUMemGB: 11.03},
+			ready: true,
+		},
+		{
 			name: "runtime lines are not facts",
 			log:  "[2026-02-12 11:39:00 TP0] Decode batch, #running-req: 64, #token: 9000, token usage: 0.01, cuda graph: True, gen throughput (token/s): 1500.00, #queue-req: 0\n",
 			want: Facts{},

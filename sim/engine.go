@@ -835,12 +835,19 @@ func (e *Engine) decode(dur float64) {
 		if e.acceptN > 0 {
 			acc = fmt.Sprintf("accept len: %.2f, accept rate: %.2f, ", e.acceptSum/e.acceptN, (e.acceptSum/e.acceptN-1)/float64(max(1, e.pl.SpecSteps)))
 		}
-		fmt.Fprintf(e.log, "[%s%s] Decode batch, #running-req: %d, #full token: %d, full token usage: %.2f, mamba num: %d, mamba usage: %.2f, %scuda graph: %s, gen throughput (token/s): %.2f, #queue-req: %d\n",
-			stamp(), e.logPf, b, e.kvUsed, float64(e.kvUsed)/float64(e.pl.KVTokens), b*e.pl.Ratio,
-			float64(b*e.pl.Ratio)/float64(max(1, e.pl.StateSlots)), acc, pyBool(e.pl.CUDAGraph && b <= e.pl.GraphMaxBS), e.stats.GenThroughput, len(e.waiting))
+		// Only a hybrid model has a state pool to report (ref §3 Runtime);
+		// a dense model's line has the plain token counts.
+		usage := fmt.Sprintf("#token: %d, token usage: %.2f", e.kvUsed, float64(e.kvUsed)/float64(e.pl.KVTokens))
+		if e.p.Model.Hybrid {
+			usage = fmt.Sprintf("#full token: %d, full token usage: %.2f, mamba num: %d, mamba usage: %.2f", e.kvUsed, float64(e.kvUsed)/float64(e.pl.KVTokens),
+				b*e.pl.Ratio, float64(b*e.pl.Ratio)/float64(max(1, e.pl.StateSlots)))
+		}
+		fmt.Fprintf(e.log, "[%s%s] Decode batch, #running-req: %d, %s, %scuda graph: %s, gen throughput (token/s): %.2f, #queue-req: %d\n",
+			stamp(), e.logPf, b, usage, acc, pyBool(e.pl.CUDAGraph && b <= e.pl.GraphMaxBS), e.stats.GenThroughput, len(e.waiting))
 	}
 }
 
+// logPrefill logs SGLang's Prefill batch line for a prefill step.
 func (e *Engine) logPrefill(batch []*Seq, toks []int) {
 	if e.log == nil {
 		return
@@ -850,9 +857,13 @@ func (e *Engine) logPrefill(batch []*Seq, toks []int) {
 		nt += toks[i]
 		ct += s.Cached
 	}
-	fmt.Fprintf(e.log, "[%s%s] Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, full token usage: %.2f, mamba usage: %.2f, #running-req: %d, #queue-req: %d, #pending-token: 0, cuda graph: False\n",
-		stamp(), e.logPf, len(batch), nt, ct, float64(e.kvUsed)/float64(e.pl.KVTokens),
-		float64(len(e.running)*e.pl.Ratio)/float64(max(1, e.pl.StateSlots)), len(e.running), len(e.waiting))
+	usage := fmt.Sprintf("token usage: %.2f", float64(e.kvUsed)/float64(e.pl.KVTokens))
+	if e.p.Model.Hybrid { // as in decode: only a hybrid model reports its state pool
+		usage = fmt.Sprintf("full token usage: %.2f, mamba usage: %.2f", float64(e.kvUsed)/float64(e.pl.KVTokens),
+			float64(len(e.running)*e.pl.Ratio)/float64(max(1, e.pl.StateSlots)))
+	}
+	fmt.Fprintf(e.log, "[%s%s] Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, %s, #running-req: %d, #queue-req: %d, #pending-token: 0, cuda graph: False\n",
+		stamp(), e.logPf, len(batch), nt, ct, usage, len(e.running), len(e.waiting))
 }
 
 // crash fails everything in flight and reports it once.

@@ -1,10 +1,15 @@
 package sim
 
 import (
+	"context"
+	"io"
+	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sgtune/sgtune/engine"
 )
@@ -172,21 +177,7 @@ func TestProfileHint(t *testing.T) {
 // TestDocProfileExample: the example profile in docs/simulator.md parses
 // and starts the launch it is written for (TP 2, no KV cache error).
 func TestDocProfileExample(t *testing.T) {
-	doc, err := os.ReadFile("../docs/simulator.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var example string
-	for _, block := range strings.Split(string(doc), "```yaml\n")[1:] {
-		if body, _, _ := strings.Cut(block, "```"); strings.HasPrefix(body, "name: ") {
-			example = body
-			break
-		}
-	}
-	if example == "" {
-		t.Fatal("no example profile (a yaml block starting with name:) in docs/simulator.md")
-	}
-	p, err := ParseProfile([]byte(example))
+	p, err := ParseProfile([]byte(docExampleProfile(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,4 +188,119 @@ func TestDocProfileExample(t *testing.T) {
 	if pl := Resolve(a, p); pl.Err != nil || pl.KVTokens < 500000 {
 		t.Errorf("the example does not start at TP 2: %+v, %d KV tokens", pl.Err, pl.KVTokens)
 	}
+}
+
+// docExampleProfile is the example profile in docs/simulator.md: a dense
+// (hybrid: false) Llama-3.1-8B on 2x H100.
+func docExampleProfile(t *testing.T) string {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/simulator.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, block := range strings.Split(string(doc), "```yaml\n")[1:] {
+		if body, _, _ := strings.Cut(block, "```"); strings.HasPrefix(body, "name: ") {
+			return body
+		}
+	}
+	t.Fatal("no example profile (a yaml block starting with name:) in docs/simulator.md")
+	return ""
+}
+
+// TestStatePoolLinesOnlyForHybrid: SGLang logs the Mamba pool and the
+// batches' mamba/full-token fields only for a hybrid model; a dense
+// model's Prefill and Decode batch lines carry the plain token usage. The
+// hybrid profile keeps its lines.
+func TestStatePoolLinesOnlyForHybrid(t *testing.T) {
+	dense := filepath.Join(t.TempDir(), "dense.yaml")
+	if err := os.WriteFile(dense, []byte(docExampleProfile(t)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		argv   []string
+		hybrid bool
+	}{
+		{"dense", []string{"--sim-profile", dense, "--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--tp-size", "2"}, false},
+		{"hybrid", []string{"--model-path", "zai-org/GLM-5.3-Flash", "--tp-size", "4"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := serveOne(t, append(tc.argv, "--port", "0", "--sim-speedup", "50"))
+			var state, prefill, decode []string
+			for _, l := range strings.Split(log, "\n") {
+				switch {
+				case strings.Contains(l, "server_args=ServerArgs("):
+					// Every ServerArgs field is printed, mamba flags too.
+				case strings.Contains(strings.ToLower(l), "mamba"), strings.Contains(l, "full token"):
+					state = append(state, l)
+				}
+				if strings.Contains(l, "Prefill batch") {
+					prefill = append(prefill, l)
+				}
+				if strings.Contains(l, "Decode batch") {
+					decode = append(decode, l)
+				}
+			}
+			if len(prefill) == 0 || len(decode) == 0 {
+				t.Fatalf("no Prefill or Decode batch line:\n%s", log)
+			}
+			if !tc.hybrid {
+				if len(state) > 0 {
+					t.Errorf("a dense model logs state-pool lines:\n%s", strings.Join(state, "\n"))
+				}
+				if !strings.Contains(prefill[0], ", token usage: ") || !strings.Contains(decode[0], ", #token: ") || !strings.Contains(decode[0], ", token usage: ") {
+					t.Errorf("a dense model's batch lines lack the plain token usage:\n%s\n%s", prefill[0], decode[0])
+				}
+				return
+			}
+			for _, want := range []string{"Mamba Cache is allocated. max_mamba_cache_size: ", "full token usage: "} {
+				if !strings.Contains(log, want) {
+					t.Errorf("hybrid log lacks %q:\n%s", want, log)
+				}
+			}
+			if !strings.Contains(prefill[0], ", full token usage: ") || !strings.Contains(prefill[0], ", mamba usage: ") ||
+				!strings.Contains(decode[0], ", #full token: ") || !strings.Contains(decode[0], ", mamba num: ") {
+				t.Errorf("hybrid batch lines changed:\n%s\n%s", prefill[0], decode[0])
+			}
+		})
+	}
+}
+
+// serveOne starts the simulator with argv, sends one 60-token request (with
+// the warm-up, over the 40 decode steps between Decode batch lines), stops
+// it and returns its log.
+func serveOne(t *testing.T, argv []string) string {
+	t.Helper()
+	var out syncBuffer
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ready := make(chan string, 1)
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, argv, &out, io.Discard, Options{NoStartupDelay: true, Ready: func(addr string) { ready <- addr }})
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case code := <-done:
+		t.Fatalf("exited %d:\n%s", code, out.String())
+	case <-time.After(20 * time.Second):
+		cancel()
+		<-done
+		t.Fatalf("not ready:\n%s", out.String())
+	}
+	body := `{"messages": [{"role": "user", "content": "hello"}], "max_tokens": 60, "ignore_eos": true}`
+	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	cancel()
+	if code := <-done; code != ExitOK {
+		t.Errorf("exit %d", code)
+	}
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("chat: %v %v\n%s", resp, err, out.String())
+	}
+	return out.String()
 }
