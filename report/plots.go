@@ -29,8 +29,87 @@ var (
 // plots than gonum's default serif.
 var plotFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
 
-// newPlot returns a plot with the report's fonts and a light grid.
-func newPlot(title, xlabel, ylabel string) *plot.Plot {
+// chart is a plot whose legend saveSVG draws in rows below the axes:
+// gonum draws a plot's own legend inside the data area, where it covers
+// points (and needed the y axis raised to make room). The plot's Legend
+// stays empty; its TextStyle and ThumbnailWidth style the entries.
+type chart struct {
+	*plot.Plot
+	legend []legendEntry
+}
+
+// legendEntry is one legend line: its text and the thumbnails drawn
+// before it.
+type legendEntry struct {
+	text   string
+	thumbs []plot.Thumbnailer
+}
+
+// addLegend adds an entry to the chart's legend.
+func (ch *chart) addLegend(text string, thumbs ...plot.Thumbnailer) {
+	ch.legend = append(ch.legend, legendEntry{text: text, thumbs: thumbs})
+}
+
+// Legend layout below the axes, in points.
+const (
+	legendGap    = 12 // between two entries of a row
+	legendMargin = 6  // left and right of a row, and under the last one
+	legendAbove  = 6  // between the x axis label and the first row
+)
+
+// draw draws the plot with its legend below the axes: entries side by
+// side, centred under the data area, wrapped into more rows when one row
+// is wider than the canvas.
+func (ch *chart) draw(c draw.Canvas) {
+	if len(ch.legend) == 0 {
+		ch.Plot.Draw(c)
+		return
+	}
+	sty := ch.Legend.TextStyle
+	thumb := ch.Legend.ThumbnailWidth
+	em := sty.Width(" ")
+	width := func(e legendEntry) vg.Length { return thumb + em + sty.Width(e.text) }
+	avail := c.Size().X - 2*legendMargin
+	var rows [][]legendEntry
+	var rowW []vg.Length
+	for _, e := range ch.legend {
+		w := width(e)
+		if n := len(rows); n > 0 && rowW[n-1]+legendGap+w <= avail {
+			rows[n-1] = append(rows[n-1], e)
+			rowW[n-1] += legendGap + w
+			continue
+		}
+		rows, rowW = append(rows, []legendEntry{e}), append(rowW, w)
+	}
+	rowH := sty.FontExtents().Height
+	block := legendAbove + vg.Length(len(rows))*rowH + legendMargin
+
+	// The plot's background covers only its own canvas.
+	c.SetColor(ch.BackgroundColor)
+	c.Fill(c.Rectangle.Path())
+	pc := draw.Crop(c, 0, 0, block, 0)
+	ch.Plot.Draw(pc)
+	dc := ch.DataCanvas(pc)
+	centre := dc.Center().X
+	top := c.Min.Y + block - legendAbove
+	for i, row := range rows {
+		x := min(max(centre-rowW[i]/2, c.Min.X+legendMargin), c.Max.X-legendMargin-rowW[i])
+		for _, e := range row {
+			l := plot.NewLegend()
+			l.TextStyle, l.ThumbnailWidth = sty, thumb
+			l.Top, l.Left = true, true
+			l.Add(e.text, e.thumbs...)
+			w := width(e)
+			l.Draw(draw.Canvas{Canvas: c.Canvas, Rectangle: vg.Rectangle{
+				Min: vg.Point{X: x, Y: top - rowH}, Max: vg.Point{X: x + w, Y: top}}})
+			x += w + legendGap
+		}
+		top -= rowH
+	}
+}
+
+// newPlot returns a chart with the report's fonts and a light grid.
+func newPlot(title, xlabel, ylabel string) *chart {
 	p := plot.New()
 	p.Title.Text = title
 	p.Title.TextStyle.Font = font.From(plotFont, 12)
@@ -46,7 +125,7 @@ func newPlot(title, xlabel, ylabel string) *plot.Plot {
 	g := plotter.NewGrid()
 	g.Vertical.Color, g.Horizontal.Color = colGrid, colGrid
 	p.Add(g)
-	return p
+	return &chart{Plot: p}
 }
 
 // readableTicks are gonum's default ticks labelled like the page's numbers
@@ -69,16 +148,18 @@ func tickLabel(v float64) string {
 	return strconv.FormatFloat(v, 'g', 4, 64)
 }
 
-// saveSVG writes p as SVG. The SVG names gonum's Liberation fonts; Arial
-// and Helvetica have the same metrics, so the text fits where they are
-// installed instead, and the page loads no font from anywhere.
-func saveSVG(p *plot.Plot, w, h vg.Length, path string) error {
-	wt, err := p.WriterTo(w, h, "svg")
+// saveSVG writes ch as SVG, its legend below the axes. The SVG names
+// gonum's Liberation fonts; Arial and Helvetica have the same metrics, so
+// the text fits where they are installed instead, and the page loads no
+// font from anywhere.
+func saveSVG(ch *chart, w, h vg.Length, path string) error {
+	vc, err := draw.NewFormattedCanvas(w, h, "svg")
 	if err != nil {
 		return err
 	}
+	ch.draw(draw.New(vc))
 	var buf bytes.Buffer
-	if _, err := wt.WriteTo(&buf); err != nil {
+	if _, err := vc.WriteTo(&buf); err != nil {
 		return err
 	}
 	b := bytes.ReplaceAll(buf.Bytes(), []byte("font-family:Liberation Sans;"),
@@ -87,7 +168,7 @@ func saveSVG(p *plot.Plot, w, h vg.Length, path string) error {
 }
 
 // progressPlot shows each measured trial's score and the best so far.
-func progressPlot(trials []Trial, ylabel string) (*plot.Plot, error) {
+func progressPlot(trials []Trial, ylabel string) (*chart, error) {
 	var ok, miss, best plotter.XYs
 	run := math.Inf(-1)
 	for _, t := range trials {
@@ -118,7 +199,7 @@ func progressPlot(trials []Trial, ylabel string) (*plot.Plot, error) {
 		l.Color = colFront
 		l.StepStyle = plotter.PostStep
 		p.Add(l)
-		p.Legend.Add("best so far", l)
+		p.addLegend("best so far", l)
 	}
 	if err := addScatter(p, ok, colMeets, draw.CircleGlyph{}, "meets SLO"); err != nil {
 		return nil, err
@@ -129,14 +210,12 @@ func progressPlot(trials []Trial, ylabel string) (*plot.Plot, error) {
 	// Half a trial either side, so no point sits on the frame.
 	p.X.Min, p.X.Max = p.X.Min-0.5, p.X.Max+0.5
 	p.X.Tick.Marker = integerTicks
-	legendRoom(p, 2)
-	p.Legend.Top = true
-	p.Legend.Left = true
+	pad(&p.Y, 0.05) // no point on the top or bottom frame either
 	return p, nil
 }
 
 // addScatter adds xy (when not empty) with a legend entry.
-func addScatter(p *plot.Plot, xy plotter.XYs, c color.Color, shape draw.GlyphDrawer, legend string) error {
+func addScatter(p *chart, xy plotter.XYs, c color.Color, shape draw.GlyphDrawer, legend string) error {
 	if len(xy) == 0 {
 		return nil
 	}
@@ -149,13 +228,13 @@ func addScatter(p *plot.Plot, xy plotter.XYs, c color.Color, shape draw.GlyphDra
 	s.Radius = vg.Points(3.5)
 	p.Add(s)
 	if legend != "" {
-		p.Legend.Add(legend, s)
+		p.addLegend(legend, s)
 	}
 	return nil
 }
 
 // levelPlot draws one metric against concurrency (log2 axis) for up to five trials.
-func levelPlot(ranked []Trial, title, ylabel string, metric func(Level) float64) (*plot.Plot, error) {
+func levelPlot(ranked []Trial, title, ylabel string, metric func(Level) float64) (*chart, error) {
 	p := newPlot(title, "concurrency (log scale)", ylabel)
 	p.X.Scale = plot.LogScale{}
 	seen := map[int]bool{}
@@ -184,7 +263,7 @@ func levelPlot(ranked []Trial, title, ylabel string, metric func(Level) float64)
 		points.Color = line.Color
 		points.Shape = draw.CircleGlyph{}
 		p.Add(line, points)
-		p.Legend.Add(fmt.Sprintf("trial %d", t.Number), line, points)
+		p.addLegend(fmt.Sprintf("trial %d", t.Number), line, points)
 		if n++; n == 5 {
 			break
 		}
@@ -194,11 +273,7 @@ func levelPlot(ranked []Trial, title, ylabel string, metric func(Level) float64)
 	}
 	// Ticks at the measured levels read better than decades.
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
-	// Low concurrency sits low on both metrics: the legend (top left)
-	// needs less room than its line count.
-	legendRoom(p, (n+1)/2)
-	p.Legend.Top = true
-	p.Legend.Left = true
+	pad(&p.Y, 0.05) // no point on the top or bottom frame
 	return p, nil
 }
 
@@ -228,7 +303,7 @@ func paretoFront(pts []paretoPoint) {
 }
 
 // paretoPlot draws TTFT p99 against throughput with the front joined.
-func paretoPlot(pts []paretoPoint, level string) (*plot.Plot, error) {
+func paretoPlot(pts []paretoPoint, level string) (*chart, error) {
 	if len(pts) == 0 {
 		return nil, nil
 	}
@@ -268,7 +343,7 @@ func paretoPlot(pts []paretoPoint, level string) (*plot.Plot, error) {
 		}
 		rs.Shape, rs.Color, rs.Radius = draw.RingGlyph{}, colFront, vg.Points(6)
 		p.Add(rs)
-		p.Legend.Add("Pareto front", rs)
+		p.addLegend("Pareto front", rs)
 	}
 	if err := addScatter(p, ok, colMeets, draw.CircleGlyph{}, "meets SLO"); err != nil {
 		return nil, err
@@ -288,19 +363,7 @@ func paretoPlot(pts []paretoPoint, level string) (*plot.Plot, error) {
 	p.Add(lab)
 	pad(&p.X, 0.08)
 	pad(&p.Y, 0.1)
-	legendRoom(p, 2)
-	p.Legend.Top = true
 	return p, nil
-}
-
-// legendRoom raises the top of the y axis so a legend drawn at the top
-// does not sit on the data.
-func legendRoom(p *plot.Plot, entries int) {
-	r := p.Y.Max - p.Y.Min
-	if r <= 0 {
-		r = math.Max(math.Abs(p.Y.Max), 1)
-	}
-	p.Y.Max += r * (0.12 + 0.10*float64(entries))
 }
 
 // scoreLabel is the score axis's label, with its unit when known.
@@ -344,7 +407,7 @@ var integerTicks = plot.TickerFunc(func(min, max float64) []plot.Tick {
 // effectPlot draws the score of every trial by the value of one parameter;
 // failed and infeasible trials (red crosses) and pruned ones (grey
 // triangles) sit in a band below the lowest score.
-func effectPlot(name string, trials []Trial, ylabel string) (*plot.Plot, error) {
+func effectPlot(name string, trials []Trial, ylabel string) (*chart, error) {
 	values := paramValues(name, trials)
 	if len(values) < 2 {
 		return nil, nil
@@ -404,8 +467,6 @@ func effectPlot(name string, trials []Trial, ylabel string) (*plot.Plot, error) 
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	p.X.Min, p.X.Max = -0.5, float64(len(values))-0.5
 	pad(&p.Y, 0.08)
-	legendRoom(p, 3) // meets, misses or failed, pruned
-	p.Legend.Top = true
 	return p, nil
 }
 

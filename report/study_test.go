@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -678,4 +679,86 @@ func TestReportShowsLogError(t *testing.T) {
 	if strings.Contains(md.String(), "trial-2.log") || strings.Contains(md.String(), "trial-3.log") || strings.Count(md.String(), "(incomplete: ") != 2 {
 		t.Errorf("report.md names a whole log, or an incomplete one twice:\n%s", md.String())
 	}
+}
+
+var (
+	svgSizeRE = regexp.MustCompile(`<svg width="([0-9.]+)pt" height="([0-9.]+)pt"`)
+	svgTextRE = regexp.MustCompile(`<text x="([-0-9.e]+)" y="([-0-9.e]+)" transform="scale\(1, -1\)"\s*style="[^"]*font-size:([0-9.]+)px">([^<]*)</text>`)
+	svgLineRE = regexp.MustCompile(`<path d="M([-0-9.e]+),([-0-9.e]+)L([-0-9.e]+),([-0-9.e]+)" style="fill:none;stroke:#000000;stroke-width:0.5" />`)
+	legendRE  = regexp.MustCompile(`^(best so far|meets SLO|misses SLO|failed / infeasible|pruned|Pareto front|trial \d+)$`)
+)
+
+// TestLegendsBelowAxes: every plot's legend lies below its x axis, inside
+// the image, where it covers no data point (gonum draws a legend inside
+// the axes, over the points there). The effect plots' four entries do not
+// fit one row and wrap.
+func TestLegendsBelowAxes(t *testing.T) {
+	st := fixture()
+	st.Trials = append(st.Trials, Trial{Number: 6, State: "pruned", Reason: "C1: below the best",
+		Params: map[string]interface{}{"ep": "1", "mem_fraction": 0.78}})
+	dir := t.TempDir()
+	if err := WriteReport(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		file string
+		want int // legend entries
+	}{{"progress.svg", 3}, {"throughput.svg", 3}, {"ttft-p99.svg", 3}, {"pareto.svg", 3}, {"effect-ep.svg", 4}, {"effect-mem_fraction.svg", 4}} {
+		file, want := tc.file, tc.want
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		svg := string(b)
+		size := svgSizeRE.FindStringSubmatch(svg)
+		if size == nil {
+			t.Fatalf("%s: no svg size", file)
+		}
+		w, h := atof(t, size[1]), atof(t, size[2])
+		// The x axis is the longest horizontal black line; y grows upwards
+		// in gonum's coordinates (the SVG flips it back).
+		axisY, axisLen := 0.0, 0.0
+		for _, m := range svgLineRE.FindAllStringSubmatch(svg, -1) {
+			x1, y1, x2, y2 := atof(t, m[1]), atof(t, m[2]), atof(t, m[3]), atof(t, m[4])
+			if y1 == y2 && x2-x1 > axisLen {
+				axisY, axisLen = y1, x2-x1
+			}
+		}
+		if axisLen < w/2 {
+			t.Fatalf("%s: no x axis found", file)
+		}
+		var rows []float64
+		n := 0
+		for _, m := range svgTextRE.FindAllStringSubmatch(svg, -1) {
+			if !legendRE.MatchString(m[4]) {
+				continue
+			}
+			n++
+			x, y, size := atof(t, m[1]), -atof(t, m[2]), atof(t, m[3])
+			if y+size > axisY {
+				t.Errorf("%s: legend %q at y %.1f..%.1f reaches above the x axis at %.1f, into the data", file, m[4], y, y+size, axisY)
+			}
+			if x < 0 || x > w || y < 0 || y > h {
+				t.Errorf("%s: legend %q at (%.1f, %.1f) outside the %.0fx%.0f image", file, m[4], x, y, w, h)
+			}
+			if !slices.Contains(rows, y) {
+				rows = append(rows, y)
+			}
+		}
+		if n != want {
+			t.Errorf("%s: %d legend entries, want %d", file, n, want)
+		}
+		if strings.HasPrefix(file, "effect-") && len(rows) != 2 {
+			t.Errorf("%s: legend in %d rows, want 2 (four entries wrap)", file, len(rows))
+		}
+	}
+}
+
+func atof(t *testing.T, s string) float64 {
+	t.Helper()
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

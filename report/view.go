@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 
 	"github.com/sgtune/sgtune/objective"
@@ -106,7 +105,7 @@ type plotRef struct {
 type plotSpec struct {
 	file, alt, group string
 	w, h             vg.Length
-	draw             func() (*plot.Plot, error)
+	draw             func() (*chart, error)
 }
 
 func buildView(st Study) *view {
@@ -414,22 +413,22 @@ func (v *view) plotSpecs() []plotSpec {
 	st := v.St
 	specs := []plotSpec{
 		{file: plotThroughput, alt: "Output tok/s by concurrency for the top trials", group: "main", w: 5.2 * vg.Inch, h: 3.1 * vg.Inch,
-			draw: func() (*plot.Plot, error) {
+			draw: func() (*chart, error) {
 				return levelPlot(v.Ranked, "Output tok/s by concurrency (top trials)", "output tok/s", func(l Level) float64 { return l.OutputTokS })
 			}},
 		{file: plotPareto, alt: "TTFT p99 against output tok/s with the Pareto front", group: "main", w: 5.2 * vg.Inch, h: 3.1 * vg.Inch,
-			draw: func() (*plot.Plot, error) { return paretoPlot(v.pareto, v.paretoLevel) }},
+			draw: func() (*chart, error) { return paretoPlot(v.pareto, v.paretoLevel) }},
 		{file: plotProgress, alt: "Score by trial and best so far", group: "more", w: 5.2 * vg.Inch, h: 3.1 * vg.Inch,
-			draw: func() (*plot.Plot, error) { return progressPlot(st.Trials, scoreLabel(st.ScoreUnit)) }},
+			draw: func() (*chart, error) { return progressPlot(st.Trials, scoreLabel(st.ScoreUnit)) }},
 		{file: plotTTFT, alt: "TTFT p99 by concurrency for the top trials", group: "more", w: 5.2 * vg.Inch, h: 3.1 * vg.Inch,
-			draw: func() (*plot.Plot, error) {
+			draw: func() (*chart, error) {
 				return levelPlot(v.Ranked, "TTFT p99 by concurrency (top trials)", "TTFT p99 (s)", func(l Level) float64 { return l.TTFTP99 })
 			}},
 	}
 	for _, n := range v.ParamNames {
 		n := n
 		specs = append(specs, plotSpec{file: "effect-" + fileSafe(n) + ".svg", alt: "Score by " + n, group: "effect",
-			w: 4.2 * vg.Inch, h: 2.8 * vg.Inch, draw: func() (*plot.Plot, error) { return effectPlot(n, st.Trials, scoreLabel(st.ScoreUnit)) }})
+			w: 4.2 * vg.Inch, h: 2.8 * vg.Inch, draw: func() (*chart, error) { return effectPlot(n, st.Trials, scoreLabel(st.ScoreUnit)) }})
 	}
 	return specs
 }
