@@ -41,6 +41,20 @@ type Event struct {
 	// the time of the event; Best: the best score so far (nil: none).
 	Launched, Budget int
 	Best             *float64
+	// Parallel is how many trials the run keeps in flight at once (its
+	// GPU groups, or its Slurm jobs).
+	Parallel int
+	// Confirms is how many confirmation runs the study queues once its
+	// search is over: budget.confirm configs, at most the distinct configs
+	// measured complete so far (it confirms no more), times its confirm
+	// rounds; 0 when the study does not confirm.
+	Confirms int
+	// Ran and RanFor are, for EventStudy, the study's launches that ran to
+	// an end before this run (complete, failed or pruned, confirmation
+	// runs too) and their total time: the time left has a mean launch
+	// before this run's first one ends.
+	Ran    int
+	RanFor time.Duration
 	// Queued is, for EventConfirming, the confirmation runs waiting to
 	// start: queued now, or before by an interrupted run or another process.
 	Queued int
@@ -53,7 +67,10 @@ func (r *runner) emit(ev Event) {
 	}
 	ev.Time = time.Now()
 	r.mu.Lock()
-	ev.Launched, ev.Budget = r.launched, r.budget
+	ev.Launched, ev.Budget, ev.Parallel = r.launched, r.budget, r.parallel
+	if k := r.st.Budget.Confirm; k > 0 {
+		ev.Confirms = min(k, len(r.measured)) * max(r.st.Budget.ConfirmRounds, 1)
+	}
 	if r.best != nil {
 		b := *r.best
 		ev.Best = &b

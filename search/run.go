@@ -133,6 +133,10 @@ type runner struct {
 	held     map[string]bool
 	launched int // launched trials in the study (complete, failed, pruned), all runs
 	budget   int
+	parallel int // trials in flight at once: the run's slots
+	// measured are the configs (ConfigKey) the search measured complete,
+	// meeting the SLO: those the confirmation step may pick from.
+	measured map[string]bool
 	best     *float64
 	skips    int // consecutive proposals that launched nothing
 	repeats  int // consecutive proposals that repeated a known config
@@ -143,6 +147,10 @@ type runner struct {
 	taken        int // trials this run took over from ended processes
 	// confirming: the workers run queued confirmation runs only.
 	confirming bool
+	// ran and ranFor: the study's launches that ran to an end before this
+	// run and their total time (see Event.Ran), read once by resume.
+	ran    int
+	ranFor time.Duration
 }
 
 // interruptedBefore is what Run returns when a step before the first trial
@@ -168,6 +176,7 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	if err != nil {
 		return r.sum, err
 	}
+	r.parallel = len(groups)
 	if err := r.open(ctx, target); err != nil {
 		return r.interruptedBefore(ctx, err)
 	}
@@ -195,7 +204,7 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		text = fmt.Sprintf("study %s: its budget of %d trials is spent (%d launched); %d to retry; %s; %s",
 			r.st.Name, r.budget, r.launched, waiting, atATime(len(groups)), more)
 	}
-	r.emit(Event{Kind: EventStudy, Trial: -1, Text: text})
+	r.emit(Event{Kind: EventStudy, Trial: -1, Text: text, Ran: r.ran, RanFor: r.ranFor})
 
 	err = r.workers(ctx, groups)
 	// A process that ended after this run's workers stopped asking left its
@@ -224,7 +233,7 @@ func newRunner(opt Options) (*runner, objective.Target, error) {
 	if opt.Getenv == nil {
 		opt.Getenv = os.Getenv
 	}
-	r := &runner{opt: opt, st: st, store: opt.Store, backend: opt.Backend, learned: newPredictor()}
+	r := &runner{opt: opt, st: st, store: opt.Store, backend: opt.Backend, learned: newPredictor(), measured: map[string]bool{}}
 	r.sum.Study = st.Name
 	r.host = hostname()
 	r.owner = fmt.Sprintf("%s:%d", r.host, os.Getpid())
@@ -660,9 +669,22 @@ func (r *runner) resume() error {
 			s := *rec.Score
 			r.best = &s
 		}
+		if rec.State == StateComplete && rec.ScoreOK && rec.ConfirmOf == nil && rec.ConfigKey != "" {
+			r.measured[rec.ConfigKey] = true
+		}
+		if ranToEnd(rec.State) && rec.End != nil && !rec.Start.IsZero() && rec.End.After(rec.Start) {
+			r.ran++
+			r.ranFor += rec.End.Sub(rec.Start)
+		}
 		r.relearn(rec)
 	}
 	return nil
+}
+
+// ranToEnd reports whether a trial in state was launched and ran to an
+// end: a launch whose duration says how long one takes.
+func ranToEnd(state string) bool {
+	return state == StateComplete || state == StateFailed || state == StatePruned
 }
 
 // reap takes over the study's trials whose process has ended: silent for

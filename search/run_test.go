@@ -913,6 +913,75 @@ func TestConfirmingEventCountsQueuedRuns(t *testing.T) {
 	}
 }
 
+// TestEventsCarryETAFigures: events carry what the live line's time left
+// needs: the trials run at once, the confirmation runs the study queues
+// once its search is over (at most as many configs as were measured),
+// and, on a resumed study, how long its stored launches took.
+func TestEventsCarryETAFigures(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		confirm  string
+		parallel int
+		confirms int // on the search's last event
+	}{
+		{"no confirmation", "confirm: 0", 1, 0},
+		{"one config, two rounds", "confirm: 1, confirm_rounds: 2", 2, 2},
+		{"three configs asked, two measured", "confirm: 3, confirm_rounds: 2", 2, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, store, _ := openFake(t, "trials: 6", "trials: 2", "confirm: 0", tc.confirm)
+			_, err, evs := runFake(t, context.Background(), st, store, &fakeBackend{}, tc.parallel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last, confirming := Event{}, false
+			for _, ev := range evs {
+				if ev.Parallel != tc.parallel {
+					t.Fatalf("%s event: parallel %d, want %d", ev.Kind, ev.Parallel, tc.parallel)
+				}
+				if ev.Kind == EventStudy && (ev.Confirms != 0 || ev.Ran != 0) {
+					t.Errorf("a new study's event: %d confirms, %d ran; want none", ev.Confirms, ev.Ran)
+				}
+				switch ev.Kind {
+				case EventFinished:
+					if !confirming {
+						last = ev
+					}
+				case EventConfirming:
+					confirming = true
+					if ev.Queued != tc.confirms {
+						t.Errorf("confirming event queued %d, want %d", ev.Queued, tc.confirms)
+					}
+				}
+			}
+			if last.Confirms != tc.confirms {
+				t.Errorf("the search's last event: %d confirmation runs to come, want %d", last.Confirms, tc.confirms)
+			}
+			recs, err := Records(store, st.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ran, ranFor := 0, time.Duration(0)
+			for _, rec := range recs {
+				if ranToEnd(rec.State) && rec.End != nil {
+					ran, ranFor = ran+1, ranFor+rec.End.Sub(rec.Start)
+				}
+			}
+			_, err, evs = runFake(t, context.Background(), st, store, &fakeBackend{}, tc.parallel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := slices.IndexFunc(evs, func(ev Event) bool { return ev.Kind == EventStudy })
+			if i < 0 {
+				t.Fatal("no study event")
+			}
+			if ev := evs[i]; ev.Ran != ran || ev.RanFor != ranFor || ran != 2+tc.confirms || ranFor <= 0 {
+				t.Errorf("resumed study's event: ran %d for %v, want %d for %v (2 trials + %d confirmation runs)", ev.Ran, ev.RanFor, ran, ranFor, tc.confirms)
+			}
+		})
+	}
+}
+
 // TestPool: a run that failed or missed counts 0 in the mean but is no
 // measurement in the spread; a config with a failed rerun does not tie,
 // on that 0, with a better one and win it on fewer flags.

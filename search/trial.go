@@ -768,7 +768,7 @@ func (r *runner) record(t *trialRun, out outcome, res *objective.Result, attrs m
 		return err
 	}
 	if out.Retry {
-		r.trialEvent(EventFinished, t.number, "%s", out.Line)
+		r.emit(Event{Kind: EventFinished, Trial: t.number, State: out.State, Text: fmt.Sprintf("trial %d %s", t.number, out.Line)})
 		return nil
 	}
 	r.mu.Lock()
@@ -786,6 +786,9 @@ func (r *runner) record(t *trialRun, out outcome, res *objective.Result, attrs m
 		if out.ScoreOK && out.Score != nil && (r.best == nil || *out.Score > *r.best) {
 			s := *out.Score
 			r.best = &s
+		}
+		if out.ScoreOK {
+			r.measured[configKey(t.cfg)] = true
 		}
 	case StateFailed:
 		r.sum.Failed++
