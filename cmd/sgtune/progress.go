@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,14 +27,19 @@ type progress struct {
 	width func() int
 	now   func() time.Time
 
-	mu      sync.Mutex
-	start   time.Time
-	status  string // the status line drawn now ("" for none)
+	mu     sync.Mutex
+	start  time.Time
+	status string // the status line drawn now ("" for none)
+	// trial is the trial the line shows: the latest launched of those
+	// running (-1: none); running are this run's trials in flight (with
+	// several GPU groups, more than one).
 	trial   int
-	phase   string
-	tokS    float64
-	since   time.Time // when the current trial started
-	done    []time.Duration
+	running map[int]*inFlight
+	phase   string // a study-level phase shown while no trial runs ("confirming")
+	// ran and ranFor: the launches that ran to an end, this run's and the
+	// study's before it, and their total time, for the mean launch.
+	ran     int
+	ranFor  time.Duration
 	ev      search.Event // the latest event's study-wide figures
 	stopped bool
 	// confirming is set once the search is over and its top configs run
@@ -42,9 +48,16 @@ type progress struct {
 	confirmLeft int
 }
 
+// inFlight is a running trial as the live line shows it.
+type inFlight struct {
+	since time.Time // when it launched
+	phase string
+	tokS  float64 // the latest point's, in its phase
+}
+
 // newProgress writes to w, live when w is a terminal.
 func newProgress(w io.Writer) *progress {
-	p := &progress{w: w, now: time.Now, width: func() int { return 100 }, trial: -1}
+	p := &progress{w: w, now: time.Now, width: func() int { return 100 }, trial: -1, running: map[int]*inFlight{}}
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		p.live = true
 		p.width = func() int {
@@ -63,26 +76,42 @@ func (p *progress) event(ev search.Event) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ev = ev
+	cur := p.running[ev.Trial]
 	switch ev.Kind {
+	case search.EventStudy:
+		p.ran, p.ranFor = p.ran+ev.Ran, p.ranFor+ev.RanFor
 	case search.EventLaunching:
-		p.trial, p.phase, p.tokS, p.since = ev.Trial, ev.Phase, 0, ev.Time
+		p.running[ev.Trial] = &inFlight{since: ev.Time, phase: ev.Phase}
+		p.trial, p.phase = ev.Trial, ""
 		if p.confirming && p.confirmLeft > 0 {
 			p.confirmLeft--
 		}
 	case search.EventPhase:
 		// A new phase's tok/s comes with its first point; the last
 		// level's next to it read as this level's.
-		p.phase, p.tokS = ev.Phase, 0
+		if cur != nil {
+			cur.phase, cur.tokS = ev.Phase, 0
+		}
 	case search.EventPoint:
-		if ev.TokS > 0 {
-			p.tokS = ev.TokS
+		if cur != nil && ev.TokS > 0 {
+			cur.tokS = ev.TokS
 		}
 	case search.EventFinished:
-		if ev.Trial == p.trial {
-			if ev.State != search.StateInterrupted && !p.since.IsZero() {
-				p.done = append(p.done, ev.Time.Sub(p.since))
+		if cur == nil {
+			break
+		}
+		// Every launch that ran to an end counts, the line's trial or
+		// not: with several GPU groups one often ends under a newer one.
+		// An interrupted one is run again and counted then.
+		switch ev.State {
+		case search.StateComplete, search.StateFailed, search.StatePruned:
+			if !cur.since.IsZero() {
+				p.ran, p.ranFor = p.ran+1, p.ranFor+ev.Time.Sub(cur.since)
 			}
-			p.trial, p.phase, p.tokS = -1, "", 0
+		}
+		delete(p.running, ev.Trial)
+		if ev.Trial == p.trial {
+			p.trial = p.latest()
 		}
 	case search.EventConfirming:
 		p.phase = ev.Phase
@@ -94,6 +123,18 @@ func (p *progress) event(ev search.Event) {
 		p.line(ev.Text)
 	}
 	p.draw()
+}
+
+// latest returns the running trial launched last (-1: none), for the
+// line to show once its trial ends while others run.
+func (p *progress) latest() int {
+	n := -1
+	for num, r := range p.running {
+		if n < 0 || r.since.After(p.running[n].since) || (r.since.Equal(p.running[n].since) && num > n) {
+			n = num
+		}
+	}
+	return n
 }
 
 // line prints one plain line above the live status line.
@@ -127,8 +168,10 @@ func (p *progress) draw() {
 // 18,450 tok/s · 3m12s elapsed · ~4m left · best 35,755".
 func (p *progress) statusLine() string {
 	var parts []string
-	if p.trial >= 0 {
+	phase, tokS := p.phase, 0.0
+	if cur := p.running[p.trial]; cur != nil {
 		parts = append(parts, fmt.Sprintf("trial %d", p.trial))
+		phase, tokS = cur.phase, cur.tokS
 	}
 	if p.ev.Budget > 0 {
 		parts = append(parts, fmt.Sprintf("%d of %d launched", p.ev.Launched, p.ev.Budget))
@@ -136,11 +179,11 @@ func (p *progress) statusLine() string {
 	if p.confirming {
 		parts = append(parts, fmt.Sprintf("confirming: %d rerun(s) to start", p.confirmLeft))
 	}
-	if p.phase != "" {
-		parts = append(parts, p.phase)
+	if phase != "" {
+		parts = append(parts, phase)
 	}
-	if p.tokS > 0 {
-		parts = append(parts, report.Thousands(p.tokS)+" tok/s")
+	if tokS > 0 {
+		parts = append(parts, report.Thousands(tokS)+" tok/s")
 	}
 	elapsed := p.now().Sub(p.start)
 	parts = append(parts, clock(elapsed)+" elapsed")
@@ -153,25 +196,39 @@ func (p *progress) statusLine() string {
 	return strings.Join(parts, " · ")
 }
 
-// eta estimates the time left from the mean duration of the trials this
-// run finished, the launches left in the budget and the confirmation runs
-// not started yet.
+// eta estimates the time left: every launch to come (the budget's, then
+// the confirmation runs the study queues, or once confirming those not
+// started) takes the mean of the launches that ran to an end, and a
+// running trial takes what the mean leaves of it (nothing once past it).
+// The launches are dealt to the run's slots (GPU groups) as each comes
+// free: every launch taking the same time, the slots free earliest take
+// one more than the rest, ceil(runs/slots) launches, and the time left is
+// the latest slot's end. Durations that differ by config, and the wait
+// for the last search trial before confirmation starts, are left out: a
+// coarse figure that stays simple to read.
 func (p *progress) eta() time.Duration {
-	if len(p.done) == 0 || p.ev.Budget <= 0 {
+	if p.ran == 0 || p.ev.Budget <= 0 {
 		return 0
 	}
-	var sum time.Duration
-	for _, d := range p.done {
-		sum += d
-	}
-	mean := sum / time.Duration(len(p.done))
-	runs := max(p.ev.Budget-p.ev.Launched, 0)
+	mean := p.ranFor / time.Duration(p.ran)
+	runs := max(p.ev.Budget-p.ev.Launched, 0) + p.ev.Confirms
 	if p.confirming { // the search is over, whatever budget it left
 		runs = p.confirmLeft
 	}
-	left := time.Duration(runs) * mean
-	if p.trial >= 0 {
-		left += max(mean-p.now().Sub(p.since), 0)
+	free := make([]time.Duration, max(p.ev.Parallel, len(p.running), 1)) // when each slot comes free; an idle one now
+	i := 0
+	for _, r := range p.running {
+		free[i] = mean - min(max(p.now().Sub(r.since), 0), mean)
+		i++
+	}
+	slices.Sort(free)
+	var left time.Duration
+	for i, f := range free {
+		n := runs / len(free)
+		if i < runs%len(free) {
+			n++
+		}
+		left = max(left, f+time.Duration(n)*mean)
 	}
 	return left
 }

@@ -145,3 +145,132 @@ func TestProgressPhaseDropsLastLevelsTokS(t *testing.T) {
 		t.Errorf("status line %q carries the last level's tok/s", got)
 	}
 }
+
+// TestProgressETA: the time left counts every launch that ran to an end
+// in the mean, divides the launches left among the trials run at once,
+// counts the confirmation runs the study queues after its search, and
+// starts from the study's stored launches before this run's first ends.
+func TestProgressETA(t *testing.T) {
+	sec := func(s int) time.Duration { return time.Duration(s) * time.Second }
+	type step struct {
+		at int // seconds after the start
+		ev search.Event
+	}
+	launch := func(at, trial, launched, budget, parallel int) step {
+		return step{at, search.Event{Kind: search.EventLaunching, Trial: trial, Phase: "starting", Launched: launched, Budget: budget, Parallel: parallel}}
+	}
+	finish := func(at, trial, launched, budget, parallel int) step {
+		return step{at, search.Event{Kind: search.EventFinished, Trial: trial, State: search.StateComplete, Launched: launched, Budget: budget, Parallel: parallel}}
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+		now   int
+		want  string // the status line's time left ("" for none)
+	}{
+		{
+			// Trial 0 (10 s) ends under trial 1 (20 s): the mean is 15 s,
+			// and two launches left on two groups take one mean, after
+			// the 10 s left of the two running.
+			name: "two groups: every launch in the mean, launches left shared",
+			steps: []step{
+				launch(0, 0, 1, 6, 2), launch(0, 1, 2, 6, 2),
+				finish(10, 0, 2, 6, 2), finish(20, 1, 2, 6, 2),
+				launch(20, 2, 3, 6, 2), launch(20, 3, 4, 6, 2),
+			},
+			now:  25,
+			want: "~25s left",
+		},
+		{
+			// Three launches left on two groups of 10 s each: the idle
+			// group runs two (20 s) while the other ends trial 1 and
+			// runs one (the serial sum said 40 s).
+			name: "two groups: an odd launch left goes to the group free first",
+			steps: []step{
+				launch(0, 0, 1, 5, 2), finish(10, 0, 1, 5, 2),
+				launch(10, 1, 2, 5, 2),
+			},
+			now:  10,
+			want: "~20s left",
+		},
+		{
+			// The budget is spent but 2 configs x 2 rounds of
+			// confirmation follow: 4 more runs of 10 s after this one.
+			name: "confirmation runs to come once the search ends",
+			steps: []step{
+				launch(0, 0, 1, 2, 1), finish(10, 0, 1, 2, 1),
+				{10, search.Event{Kind: search.EventLaunching, Trial: 1, Launched: 2, Budget: 2, Parallel: 1, Confirms: 4}},
+			},
+			now:  14,
+			want: "~46s left",
+		},
+		{
+			// A run that only resumes a confirmation: no run of its own
+			// has ended, the study's 2 stored launches took 40 s.
+			name: "stored launches give the mean before this run's first ends",
+			steps: []step{
+				{0, search.Event{Kind: search.EventStudy, Trial: -1, Launched: 4, Budget: 4, Parallel: 1, Ran: 2, RanFor: sec(40)}},
+				{0, search.Event{Kind: search.EventConfirming, Trial: -1, Phase: "confirming", Queued: 3, Launched: 4, Budget: 4, Parallel: 1}},
+				launch(0, 5, 4, 4, 1),
+			},
+			now:  5,
+			want: "~55s left",
+		},
+		{
+			// An interrupted trial is run again: its time is no launch's.
+			name: "an interrupted trial is not in the mean",
+			steps: []step{
+				launch(0, 0, 1, 3, 1),
+				{1, search.Event{Kind: search.EventFinished, Trial: 0, State: search.StateInterrupted, Launched: 0, Budget: 3, Parallel: 1}},
+				launch(1, 1, 1, 3, 1),
+			},
+			now:  2,
+			want: "",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newProgress(io.Discard)
+			t0 := p.start
+			clock := t0
+			p.now = func() time.Time { return clock }
+			for _, s := range tc.steps {
+				s.ev.Time = t0.Add(sec(s.at))
+				clock = s.ev.Time
+				p.event(s.ev)
+			}
+			clock = t0.Add(sec(tc.now))
+			got := p.statusLine()
+			left := regexp.MustCompile(`~\S+ left`).FindString(got)
+			if left != tc.want {
+				t.Errorf("status line %q: time left %q, want %q", got, left, tc.want)
+			}
+		})
+	}
+}
+
+// TestProgressParallelLine: with two trials in flight the line shows the
+// latest launched with its own phase, not the other's, and once it ends
+// the one still running (it showed no trial, or the other's phase).
+func TestProgressParallelLine(t *testing.T) {
+	p := newProgress(io.Discard)
+	ev := func(kind search.EventKind, trial int, phase string, tokS float64) {
+		p.event(search.Event{Kind: kind, Trial: trial, Phase: phase, TokS: tokS, State: search.StateComplete, Launched: 2, Budget: 2, Parallel: 2})
+	}
+	ev(search.EventLaunching, 0, "starting", 0)
+	ev(search.EventLaunching, 1, "starting", 0)
+	ev(search.EventPhase, 0, "C8 r1", 0)
+	ev(search.EventPoint, 0, "", 900)
+	for _, want := range []struct {
+		after func()
+		line  string
+	}{
+		{func() {}, "trial 1 · 2 of 2 launched · starting · "},
+		{func() { ev(search.EventFinished, 1, "", 0) }, "trial 0 · 2 of 2 launched · C8 r1 · 900 tok/s · "},
+		{func() { ev(search.EventFinished, 0, "", 0) }, "2 of 2 launched · 0s elapsed"},
+	} {
+		want.after()
+		if got := p.statusLine(); !strings.HasPrefix(got, want.line) {
+			t.Errorf("status line %q, want it to start %q", got, want.line)
+		}
+	}
+}
