@@ -271,36 +271,47 @@ func TestStatePoolLinesOnlyForHybrid(t *testing.T) {
 // it and returns its log.
 func serveOne(t *testing.T, argv []string) string {
 	t.Helper()
-	var out syncBuffer
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	ready := make(chan string, 1)
-	done := make(chan int, 1)
-	go func() {
-		done <- Main(ctx, argv, &out, io.Discard, Options{NoStartupDelay: true, Ready: func(addr string) { ready <- addr }})
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case code := <-done:
-		t.Fatalf("exited %d:\n%s", code, out.String())
-	case <-time.After(20 * time.Second):
-		cancel()
-		<-done
-		t.Fatalf("not ready:\n%s", out.String())
-	}
+	addr, out, stop := startMain(t, argv)
 	body := `{"messages": [{"role": "user", "content": "hello"}], "max_tokens": 60, "ignore_eos": true}`
 	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err == nil {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	cancel()
-	if code := <-done; code != ExitOK {
+	if code := stop(); code != ExitOK {
 		t.Errorf("exit %d", code)
 	}
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("chat: %v %v\n%s", resp, err, out.String())
 	}
 	return out.String()
+}
+
+// startMain runs the simulator's Main in-process with argv until it is
+// ready and returns its address, its log and stop, which cancels it and
+// returns its exit code. A sim that exits or is not ready in 20 s fails
+// the test.
+func startMain(t *testing.T, argv []string) (addr string, out *syncBuffer, stop func() int) {
+	t.Helper()
+	out = &syncBuffer{}
+	ctx, cancel := context.WithCancel(t.Context())
+	ready := make(chan string, 1)
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, argv, out, io.Discard, Options{NoStartupDelay: true, Ready: func(addr string) { ready <- addr }})
+	}()
+	stop = func() int {
+		cancel()
+		return <-done
+	}
+	select {
+	case addr = <-ready:
+	case code := <-done:
+		cancel()
+		t.Fatalf("exited %d:\n%s", code, out.String())
+	case <-time.After(20 * time.Second):
+		stop()
+		t.Fatalf("not ready:\n%s", out.String())
+	}
+	return addr, out, stop
 }

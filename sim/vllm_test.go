@@ -2,14 +2,12 @@ package sim
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 func TestParseVLLMArgs(t *testing.T) {
@@ -112,23 +110,8 @@ func TestResolveVLLM(t *testing.T) {
 // TestMainVLLM runs the simulated vLLM server: its startup lines, /health,
 // /metrics with vLLM's names, a chat request, and a config error's exit.
 func TestMainVLLM(t *testing.T) {
-	var out syncBuffer
-	ctx, cancel := context.WithCancel(t.Context())
-	ready := make(chan string, 1)
-	done := make(chan int, 1)
-	go func() {
-		done <- Main(ctx, []string{"--sim-engine", "vllm", "zai-org/GLM-5.3-Flash", "-tp", "4", "--max-model-len", "32768",
-			"--max-num-seqs", "64", "--port", "0", "--served-model-name", "glm"}, &out, io.Discard,
-			Options{NoStartupDelay: true, Ready: func(addr string) { ready <- addr }})
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case code := <-done:
-		t.Fatalf("exited %d:\n%s", code, out.String())
-	case <-time.After(20 * time.Second):
-		t.Fatalf("not ready:\n%s", out.String())
-	}
+	addr, out, stop := startMain(t, []string{"--sim-engine", "vllm", "zai-org/GLM-5.3-Flash", "-tp", "4", "--max-model-len", "32768",
+		"--max-num-seqs", "64", "--port", "0", "--served-model-name", "glm"})
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -154,8 +137,7 @@ func TestMainVLLM(t *testing.T) {
 			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
 		}
 	}
-	cancel()
-	if code := <-done; code != ExitOK {
+	if code := stop(); code != ExitOK {
 		t.Errorf("exit %d", code)
 	}
 	log := out.String()
