@@ -370,8 +370,7 @@ func (r *runner) declareWinner(top []Record) error {
 	for _, orig := range top {
 		c := Candidate{Trial: orig.Number, Flags: r.flagCount(orig), Runs: []Measurement{runScore(orig)}}
 		for _, rec := range recs {
-			if rec.ConfirmOf != nil && *rec.ConfirmOf == orig.Number &&
-				(rec.State == StateComplete || rec.State == StateFailed || rec.State == StatePruned) {
+			if rec.ConfirmOf != nil && *rec.ConfirmOf == orig.Number && RanToEnd(rec.State) {
 				c.Runs = append(c.Runs, runScore(rec))
 			}
 		}

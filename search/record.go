@@ -32,6 +32,13 @@ const (
 	StateUnlaunched = "unlaunched"
 )
 
+// RanToEnd reports whether a trial in state was launched and ran to an
+// end (complete, failed or pruned): a launch whose duration and outcome
+// count.
+func RanToEnd(state string) bool {
+	return state == StateComplete || state == StateFailed || state == StatePruned
+}
+
 // Failure classes the loop adds to the launcher's.
 const (
 	ClassQuality        = "quality"

@@ -672,19 +672,13 @@ func (r *runner) resume() error {
 		if rec.State == StateComplete && rec.ScoreOK && rec.ConfirmOf == nil && rec.ConfigKey != "" {
 			r.measured[rec.ConfigKey] = true
 		}
-		if ranToEnd(rec.State) && rec.End != nil && !rec.Start.IsZero() && rec.End.After(rec.Start) {
+		if RanToEnd(rec.State) && rec.End != nil && !rec.Start.IsZero() && rec.End.After(rec.Start) {
 			r.ran++
 			r.ranFor += rec.End.Sub(rec.Start)
 		}
 		r.relearn(rec)
 	}
 	return nil
-}
-
-// ranToEnd reports whether a trial in state was launched and ran to an
-// end: a launch whose duration says how long one takes.
-func ranToEnd(state string) bool {
-	return state == StateComplete || state == StateFailed || state == StatePruned
 }
 
 // reap takes over the study's trials whose process has ended: silent for

@@ -963,7 +963,7 @@ func TestEventsCarryETAFigures(t *testing.T) {
 			}
 			ran, ranFor := 0, time.Duration(0)
 			for _, rec := range recs {
-				if ranToEnd(rec.State) && rec.End != nil {
+				if RanToEnd(rec.State) && rec.End != nil {
 					ran, ranFor = ran+1, ranFor+rec.End.Sub(rec.Start)
 				}
 			}

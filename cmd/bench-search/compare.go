@@ -193,7 +193,7 @@ func (c *comparison) search(ctx context.Context, m method, seed int, index map[s
 		}
 	}
 	for i, rec := range sum.Records {
-		launched := rec.State == search.StateComplete || rec.State == search.StateFailed || rec.State == search.StatePruned
+		launched := search.RanToEnd(rec.State)
 		if !launched || rec.ConfirmOf != nil {
 			continue
 		}

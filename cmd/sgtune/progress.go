@@ -103,11 +103,8 @@ func (p *progress) event(ev search.Event) {
 		// Every launch that ran to an end counts, the line's trial or
 		// not: with several GPU groups one often ends under a newer one.
 		// An interrupted one is run again and counted then.
-		switch ev.State {
-		case search.StateComplete, search.StateFailed, search.StatePruned:
-			if !cur.since.IsZero() {
-				p.ran, p.ranFor = p.ran+1, p.ranFor+ev.Time.Sub(cur.since)
-			}
+		if search.RanToEnd(ev.State) && !cur.since.IsZero() {
+			p.ran, p.ranFor = p.ran+1, p.ranFor+ev.Time.Sub(cur.since)
 		}
 		delete(p.running, ev.Trial)
 		if ev.Trial == p.trial {
