@@ -15,6 +15,13 @@ import (
 // success. Continuous and fine-grained params (more than maxRegionValues
 // values, e.g. a memory fraction) never define a region.
 //
+// A region is ruled out before launch only where the evidence singles it
+// out (see soleCause): for one of its failures, every other explanation of
+// one or two values has been refuted by a success. A hard region is never
+// launched again, so nothing could refute one taken on thinner evidence;
+// the sampler's soft crash covers (thompson.go) steer away from the
+// unproven ones instead.
+//
 // Regions explain failures, each failure one region: candidates are taken
 // greedily by how many failures no region taken before explains, a single
 // value before a pair at equal count, then the values that fail most
@@ -22,10 +29,8 @@ import (
 // every other region param; else a pair explains them as well, and the
 // single value would rule out configs nothing has shown to fail (three
 // crashes without the radix cache, all with ep=1, do not rule out radix
-// off with ep=4). Without explaining each failure once, the failures of
-// two causes establish a third region that merely shares their values, and
-// the study stops launching where its best config lies (seen in
-// bench-search).
+// off with ep=4). Explaining each failure once keeps the failures of two
+// causes from also establishing a region that merely shares their values.
 const (
 	minPairCrashes   = 2
 	minSingleCrashes = 3
@@ -66,7 +71,8 @@ func crashRegions(st *space.Study, recs []Record) []region {
 
 // regionCandidates returns the single values (whose failures differ in
 // every other param, see diverse) and pairs of values of failed configs
-// that no success shares.
+// that no success shares and that are the sole cause left of one of their
+// failures (see soleCause).
 func regionCandidates(st *space.Study, recs []Record) []region {
 	names := regionNames(st)
 	var launched []Record
@@ -77,6 +83,7 @@ func regionCandidates(st *space.Study, recs []Record) []region {
 		}
 	}
 	failRate := failureRates(launched, names)
+	refuted := successRules(launched, names)
 	seen := map[string]bool{}
 	var cands []region
 	add := func(ls []literal) {
@@ -101,21 +108,62 @@ func regionCandidates(st *space.Study, recs []Record) []region {
 		if len(ls) == 1 && !diverse(r.failed, ls[0].name, names) {
 			return
 		}
+		if !soleCause(r, refuted, names) {
+			return
+		}
 		cands = append(cands, r)
 	}
 	for _, rec := range launched {
 		if rec.State != StateFailed {
 			continue
 		}
-		lits := literalsOf(rec.Params, names)
-		for i := range lits {
-			add(lits[i : i+1])
-			for j := i + 1; j < len(lits); j++ {
-				add([]literal{lits[i], lits[j]})
+		for _, r := range subsets(literalsOf(rec.Params, names)) {
+			if len(r) <= 2 {
+				add(r)
 			}
 		}
 	}
 	return cands
+}
+
+// successRules returns the rules (conjunctions of one to three values,
+// see subsets) some complete or pruned trial has, keyed by fmt.Sprint: no
+// failure can be explained by one of them.
+func successRules(recs []Record, names []string) map[string]bool {
+	out := map[string]bool{}
+	for _, rec := range recs {
+		if rec.State != StateComplete && rec.State != StatePruned {
+			continue
+		}
+		for _, r := range subsets(literalsOf(rec.Params, names)) {
+			out[fmt.Sprint(r)] = true
+		}
+	}
+	return out
+}
+
+// soleCause reports whether the region is the only explanation left for
+// at least one of its failures: every rule of that failure that no success
+// refutes contains the region's values. Two failures sharing values say
+// little by themselves: a failure with overlap off and one with ep=1 and
+// radix off may both run CUDA graphs with EAGLE, and ruling that pair out
+// would close the best configs of bench-search's GLM study, where no launch
+// could ever refute it. Where another explanation remains, the sampler's
+// soft crash covers steer away instead (thompson.go).
+func soleCause(r region, refuted map[string]bool, names []string) bool {
+	for _, rec := range r.failed {
+		sole := true
+		for _, rule := range subsets(literalsOf(rec.Params, names)) {
+			if len(rule) <= 2 && !refuted[fmt.Sprint(rule)] && !containsAll(rule, r.lits) {
+				sole = false
+				break
+			}
+		}
+		if sole {
+			return true
+		}
+	}
+	return false
 }
 
 // failureRates returns, for each value of the named params, the failure

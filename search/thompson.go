@@ -456,17 +456,11 @@ type crashRule struct {
 // that no config that ran has; silent values get crashSilentPrior as a
 // rule of their own.
 func crashRuleCandidates(recs []Record, names []string, silent map[literal]bool) crashRules {
-	okRules := map[string]bool{}
+	okRules := successRules(recs, names)
 	var failed [][]literal
 	for _, r := range recs {
-		lits := literalsOf(r.Params, names)
-		switch {
-		case r.State == StateComplete || r.State == StatePruned:
-			for _, rule := range subsets(lits) {
-				okRules[fmt.Sprint(rule)] = true
-			}
-		case r.State == StateFailed && deterministicClasses[r.FailureClass]:
-			failed = append(failed, lits)
+		if r.State == StateFailed && deterministicClasses[r.FailureClass] {
+			failed = append(failed, literalsOf(r.Params, names))
 		}
 	}
 	cr := crashRules{failed: len(failed)}
