@@ -44,10 +44,12 @@ type Event struct {
 	// Parallel is how many trials the run keeps in flight at once (its
 	// GPU groups, or its Slurm jobs).
 	Parallel int
-	// Confirms is how many confirmation runs the study queues once its
-	// search is over: budget.confirm configs, at most the distinct configs
-	// measured complete so far (it confirms no more), times its confirm
-	// rounds; 0 when the study does not confirm.
+	// Confirms is how many confirmation runs the study has still to run
+	// once its search is over: budget.confirm configs, at most the
+	// distinct configs measured complete so far (it confirms no more),
+	// times its confirm rounds, less the confirmation runs that ran to an
+	// end (this run's and those stored before it); 0 when the study does
+	// not confirm.
 	Confirms int
 	// Ran and RanFor are, for EventStudy, the study's launches that ran to
 	// an end before this run (complete, failed or pruned, confirmation
@@ -69,7 +71,8 @@ func (r *runner) emit(ev Event) {
 	r.mu.Lock()
 	ev.Launched, ev.Budget, ev.Parallel = r.launched, r.budget, r.parallel
 	if k := r.st.Budget.Confirm; k > 0 {
-		ev.Confirms = min(k, len(r.measured)) * max(r.st.Budget.ConfirmRounds, 1)
+		// Runs that ended are not queued again (see queueConfirmations).
+		ev.Confirms = max(min(k, len(r.measured))*max(r.st.Budget.ConfirmRounds, 1)-r.confirmed, 0)
 	}
 	if r.best != nil {
 		b := *r.best

@@ -151,6 +151,9 @@ type runner struct {
 	// run and their total time (see Event.Ran), read once by resume.
 	ran    int
 	ranFor time.Duration
+	// confirmed: the study's confirmation runs that ran to an end, stored
+	// before this run or ended in it (see Event.Confirms).
+	confirmed int
 }
 
 // interruptedBefore is what Run returns when a step before the first trial
@@ -675,6 +678,9 @@ func (r *runner) resume() error {
 		if RanToEnd(rec.State) && rec.End != nil && !rec.Start.IsZero() && rec.End.After(rec.Start) {
 			r.ran++
 			r.ranFor += rec.End.Sub(rec.Start)
+		}
+		if rec.ConfirmOf != nil && RanToEnd(rec.State) {
+			r.confirmed++
 		}
 		r.relearn(rec)
 	}

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -914,23 +915,41 @@ func TestConfirmingEventCountsQueuedRuns(t *testing.T) {
 }
 
 // TestEventsCarryETAFigures: events carry what the live line's time left
-// needs: the trials run at once, the confirmation runs the study queues
-// once its search is over (at most as many configs as were measured),
-// and, on a resumed study, how long its stored launches took.
+// needs: the trials run at once, the confirmation runs still to run once
+// the search is over (at most as many configs as were measured, less the
+// runs that ran to an end: none after confirming, and on a resumed study
+// those its stored runs left; it counted them all again) and, on a
+// resumed study, how long its stored launches took.
 func TestEventsCarryETAFigures(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		confirm  string
 		parallel int
 		confirms int // on the search's last event
+		stop     int // the first run is interrupted once this many confirmation runs ended (0: it runs to the end)
 	}{
-		{"no confirmation", "confirm: 0", 1, 0},
-		{"one config, two rounds", "confirm: 1, confirm_rounds: 2", 2, 2},
-		{"three configs asked, two measured", "confirm: 3, confirm_rounds: 2", 2, 4},
+		{"no confirmation", "confirm: 0", 1, 0, 0},
+		{"one config, two rounds", "confirm: 1, confirm_rounds: 2", 2, 2, 0},
+		{"three configs asked, two measured", "confirm: 3, confirm_rounds: 2", 2, 4, 0},
+		{"interrupted after one confirmation run", "confirm: 3, confirm_rounds: 2", 1, 4, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, store, _ := openFake(t, "trials: 6", "trials: 2", "confirm: 0", tc.confirm)
-			_, err, evs := runFake(t, context.Background(), st, store, &fakeBackend{}, tc.parallel)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			b := &fakeBackend{}
+			if tc.stop > 0 {
+				var n atomic.Int32
+				b.measure = func(mctx context.Context, flags string) (*objective.Result, error) {
+					if int(n.Add(1)) <= 2+tc.stop { // the 2 search trials, then the confirmation runs to end
+						return result(4, tokS(flags), 0.1), nil
+					}
+					cancel()
+					<-mctx.Done()
+					return nil, mctx.Err()
+				}
+			}
+			_, err, evs := runFake(t, ctx, st, store, b, tc.parallel)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -957,15 +976,28 @@ func TestEventsCarryETAFigures(t *testing.T) {
 			if last.Confirms != tc.confirms {
 				t.Errorf("the search's last event: %d confirmation runs to come, want %d", last.Confirms, tc.confirms)
 			}
+			done := tc.confirms // confirmation runs that ran to an end in the first run
+			if tc.stop > 0 {
+				done = tc.stop
+			}
+			if ev := evs[len(evs)-1]; ev.Confirms != tc.confirms-done {
+				t.Errorf("the first run's last event (%s): %d confirmation runs to come, want %d", ev.Kind, ev.Confirms, tc.confirms-done)
+			}
 			recs, err := Records(store, st.Name)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ran, ranFor := 0, time.Duration(0)
+			ran, ranFor, confirmed := 0, time.Duration(0), 0
 			for _, rec := range recs {
 				if RanToEnd(rec.State) && rec.End != nil {
 					ran, ranFor = ran+1, ranFor+rec.End.Sub(rec.Start)
+					if rec.ConfirmOf != nil {
+						confirmed++
+					}
 				}
+			}
+			if confirmed != done {
+				t.Fatalf("%d confirmation runs stored as run to an end, want %d", confirmed, done)
 			}
 			_, err, evs = runFake(t, context.Background(), st, store, &fakeBackend{}, tc.parallel)
 			if err != nil {
@@ -975,8 +1007,11 @@ func TestEventsCarryETAFigures(t *testing.T) {
 			if i < 0 {
 				t.Fatal("no study event")
 			}
-			if ev := evs[i]; ev.Ran != ran || ev.RanFor != ranFor || ran != 2+tc.confirms || ranFor <= 0 {
-				t.Errorf("resumed study's event: ran %d for %v, want %d for %v (2 trials + %d confirmation runs)", ev.Ran, ev.RanFor, ran, ranFor, tc.confirms)
+			if ev := evs[i]; ev.Ran != ran || ev.RanFor != ranFor || ran != 2+done || ranFor <= 0 {
+				t.Errorf("resumed study's event: ran %d for %v, want %d for %v (2 trials + %d confirmation runs)", ev.Ran, ev.RanFor, ran, ranFor, done)
+			}
+			if ev := evs[i]; ev.Confirms != tc.confirms-done {
+				t.Errorf("resumed study's event: %d confirmation runs to come, want %d (%d of %d ran to an end before)", ev.Confirms, tc.confirms-done, done, tc.confirms)
 			}
 		})
 	}

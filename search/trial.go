@@ -775,6 +775,9 @@ func (r *runner) record(t *trialRun, out outcome, res *objective.Result, attrs m
 	if t.confirmOf != nil {
 		// A confirmation run is outside the budget and the search's counts.
 		r.sum.Confirmations++
+		if RanToEnd(out.State) {
+			r.confirmed++
+		}
 		r.mu.Unlock()
 		r.emit(Event{Kind: EventFinished, Trial: t.number, State: out.State, Score: out.Score,
 			Text: fmt.Sprintf("trial %d (confirms trial %d) %s", t.number, *t.confirmOf, out.Line)})

@@ -194,8 +194,8 @@ func (p *progress) statusLine() string {
 }
 
 // eta estimates the time left: every launch to come (the budget's, then
-// the confirmation runs the study queues, or once confirming those not
-// started) takes the mean of the launches that ran to an end, and a
+// the confirmation runs not yet run to an end, or once confirming those
+// not started) takes the mean of the launches that ran to an end, and a
 // running trial takes what the mean leaves of it (nothing once past it).
 // The launches are dealt to the run's slots (GPU groups) as each comes
 // free: every launch taking the same time, the slots free earliest take
