@@ -173,7 +173,8 @@ func (s *Server) modelInfo(w http.ResponseWriter, r *http.Request) {
 		"model_type": "glm5_flash", "architectures": []string{s.p.Model.Architecture}})
 }
 
-// serverArgs is asdict(server_args) as the tokenizer process sees it.
+// serverArgs is asdict(server_args) as the tokenizer process sees it, or,
+// internal, as a scheduler sees it (/server_info's internal_states).
 func (s *Server) serverArgs(internal bool) map[string]any {
 	m := map[string]any{
 		"model_path": s.pl.ModelPath, "tokenizer_path": s.pl.ModelPath, "served_model_name": s.pl.ServedModelName,
@@ -193,7 +194,10 @@ func (s *Server) serverArgs(internal bool) map[string]any {
 			m[k] = v
 		}
 	}
-	if internal {
+	// The scheduler writes the pool size it resolved into its own
+	// server_args; a dense model has no pool, so its value stays as
+	// launched (null unless the flag was given), as at the top level.
+	if internal && s.p.Model.Hybrid {
 		m["max_mamba_cache_size"] = s.pl.StateSlots
 	}
 	return m
@@ -928,7 +932,13 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	gauge("cache_hit_rate", "The prefix cache hit rate.", hit)
 	gauge("token_usage", "The token usage.", usage)
 	gauge("full_token_usage", "The token usage for full attention layers.", usage)
-	gauge("mamba_usage", "The mamba state usage.", float64(st.Running*s.pl.Ratio)/float64(max(1, s.pl.StateSlots)))
+	// SGLang exports mamba_usage for every model (ref §4 /metrics) but
+	// sets it only for a hybrid one: a dense model's reads 0.
+	mamba := 0.0
+	if s.p.Model.Hybrid {
+		mamba = float64(st.Running*s.pl.Ratio) / float64(max(1, s.pl.StateSlots))
+	}
+	gauge("mamba_usage", "The mamba state usage.", mamba)
 	gauge("num_used_tokens", "The number of used tokens.", float64(st.UsedTokens))
 	gauge("is_cuda_graph", "Whether the batch is using CUDA graph.", b2f(s.pl.CUDAGraph))
 	gauge("max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.", float64(s.pl.KVTokens))
