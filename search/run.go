@@ -238,6 +238,11 @@ func newRunner(opt Options) (*runner, objective.Target, error) {
 	}
 	r := &runner{opt: opt, st: st, store: opt.Store, backend: opt.Backend, learned: newPredictor(), measured: map[string]bool{}}
 	r.sum.Study = st.Name
+	// A worker cut off from PostgreSQL gives a write up within half the
+	// study's lease time, not the store's default minute: its trial's last
+	// heartbeat may predate the outage by a beat, and once the lease is
+	// past other workers take the trial over.
+	r.store.SetOutageWait(r.staleWindow() / 2)
 	r.host = hostname()
 	r.owner = fmt.Sprintf("%s:%d", r.host, os.Getpid())
 	if opt.Name != "" {

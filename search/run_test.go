@@ -339,6 +339,30 @@ func TestResumeTakesOverDeadOwner(t *testing.T) {
 	}
 }
 
+// TestRunSetsOutageWait: a run's store waits for an unreachable
+// PostgreSQL server at most half the study's stale window, so that the
+// worker gives a write up before other workers take its trial over.
+func TestRunSetsOutageWait(t *testing.T) {
+	for _, tc := range []struct {
+		staleAfter time.Duration // launch.stale_after; 0: unset
+		want       time.Duration
+	}{
+		{0, time.Minute}, // the default 2m
+		{30 * time.Second, 15 * time.Second},
+		{space.MinStaleAfter, space.MinStaleAfter / 2},
+		{10 * time.Minute, time.Minute}, // never more than the store's minute
+	} {
+		st, store, _ := openFake(t)
+		st.Launch.StaleAfter = tc.staleAfter
+		if _, _, err := newRunner(Options{Study: st, Store: store, Backend: &fakeBackend{}, Getenv: func(string) string { return "" }}); err != nil {
+			t.Fatal(err)
+		}
+		if got := store.OutageWait(); got != tc.want {
+			t.Errorf("stale_after %v: OutageWait %v, want %v", tc.staleAfter, got, tc.want)
+		}
+	}
+}
+
 // A measured (or pruned) trial is stored before its server is stopped: the
 // teardown may wait minutes for the GPUs, and a tuner killed then must not
 // lose the measurement. A trial that failed, or whose server exited on its

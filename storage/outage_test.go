@@ -78,7 +78,7 @@ func (p *proxy) down() {
 // TestPostgresOutage: a write or read that finds the PostgreSQL server
 // unreachable waits for it (a worker holding a measured trial stored it
 // once the server was back, instead of losing it and exiting), and fails
-// with errUnreachable after outageWait.
+// with errUnreachable after its OutageWait.
 func TestPostgresOutage(t *testing.T) {
 	b := postgresBackend(t)
 	dsn, err := url.Parse(b.newDSN(t))
@@ -123,12 +123,61 @@ func TestPostgresOutage(t *testing.T) {
 		t.Fatalf("a read during a 1 s outage: %v", err)
 	}
 
-	// An outage longer than outageWait fails the write, saying why.
-	defer func(w time.Duration) { outageWait = w }(outageWait)
-	outageWait = 500 * time.Millisecond
+	// An outage longer than OutageWait fails the write, saying why.
+	s.SetOutageWait(500 * time.Millisecond)
 	px.down()
 	if err := s.SetStudyUserAttr(id, "k", "w"); !errors.Is(err, errUnreachable) {
 		t.Errorf("a write during a long outage: %v, want %v", err, errUnreachable)
 	}
 	px.up(px.addr)
+}
+
+// TestPostgresOutageWaitSet: a store given a shorter OutageWait (a study
+// with a short launch.stale_after) gives a write up after that wait, though
+// the server comes back later, well inside the default minute; the wait is
+// a minute by default and never more.
+func TestPostgresOutageWaitSet(t *testing.T) {
+	b := postgresBackend(t)
+	dsn, err := url.Parse(b.newDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, dsn.Host)
+	dsn.Host = px.addr
+	s, err := Open(dsn.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.OutageWait(); got != time.Minute {
+		t.Errorf("default OutageWait %v, want 1m", got)
+	}
+	s.SetOutageWait(time.Hour)
+	if got := s.OutageWait(); got != time.Minute {
+		t.Errorf("OutageWait set to 1h: %v, want the 1m cap", got)
+	}
+	id, err := s.CreateNewStudy("outage")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const wait, outage = time.Second, 4 * time.Second
+	s.SetOutageWait(wait)
+	px.down()
+	back := make(chan struct{})
+	go func() {
+		defer close(back)
+		time.Sleep(outage)
+		px.up(px.addr)
+	}()
+	start := time.Now()
+	err = s.SetStudyUserAttr(id, "k", "v")
+	d := time.Since(start)
+	if !errors.Is(err, errUnreachable) {
+		t.Errorf("a write during a %v outage with OutageWait %v: %v, want %v", outage, wait, err, errUnreachable)
+	}
+	if d < wait || d >= outage {
+		t.Errorf("the write gave up after %v, want %v to %v", d, wait, outage)
+	}
+	<-back
 }

@@ -39,6 +39,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/c-bata/goptuna"
@@ -69,6 +70,9 @@ type Store struct {
 	rdb  *sql.DB // SQLite: read pool, deferred and query_only; PostgreSQL: wdb
 	// frozen: read-only as an immutable file (see Frozen); wdb is nil.
 	frozen bool
+	// outageWait is OutageWait in nanoseconds, 0 until SetOutageWait;
+	// atomic, as the store's goroutines read it while it may be set.
+	outageWait atomic.Int64
 }
 
 // Open opens (creating and migrating if needed) the storage named by arg.
@@ -292,19 +296,37 @@ func (s *Store) writeCtx(ctx context.Context, fn func(tx *txn) error) error {
 // PostgreSQL server could not be reached (restarting, a network cut).
 var errUnreachable = errors.New("database unreachable")
 
-// outageWait is how long a transaction waits, in all, for a PostgreSQL
-// server that cannot be reached before it fails: a restart or a short
-// network cut must not end a worker that holds a measured trial. It stays
-// well inside the default lease time (launch.stale_after, 2 minutes),
-// after which other workers take the trial over.
-var outageWait = time.Minute
+// maxOutageWait is the default and longest OutageWait: a PostgreSQL
+// restart or a short network cut must not end a worker that holds a
+// measured trial, yet the worker must not wait past the default lease time
+// (launch.stale_after, 2 minutes), after which other workers take the
+// trial over.
+const maxOutageWait = time.Minute
+
+// OutageWait is how long a transaction waits, in all, for a PostgreSQL
+// server that cannot be reached before it fails: a minute unless
+// SetOutageWait shortened it.
+func (s *Store) OutageWait() time.Duration {
+	if d := time.Duration(s.outageWait.Load()); d > 0 {
+		return d
+	}
+	return maxOutageWait
+}
+
+// SetOutageWait sets OutageWait to d, at most a minute (0 or less: the
+// minute). A study run sets it inside the study's lease time, so that a
+// worker cut off from the server gives its trial up before other workers
+// take it over. It may be called while the store is in use.
+func (s *Store) SetOutageWait(d time.Duration) {
+	s.outageWait.Store(int64(min(max(d, 0), maxOutageWait)))
+}
 
 // begin begins a transaction on db. While the PostgreSQL server cannot be
 // reached it tries again (the transaction never began, so nothing of it
-// was applied), backing off from 250 ms to 10 s, for outageWait in all;
+// was applied), backing off from 250 ms to 10 s, for OutageWait in all;
 // what names the transaction in errors ("begin", "begin read").
 func (s *Store) begin(ctx context.Context, db *sql.DB, opts *sql.TxOptions, what string) (*sql.Tx, error) {
-	start, wait := time.Now(), 250*time.Millisecond
+	start, wait, outage := time.Now(), 250*time.Millisecond, s.OutageWait()
 	for {
 		tx, err := db.BeginTx(ctx, opts)
 		if err == nil {
@@ -314,13 +336,14 @@ func (s *Store) begin(ctx context.Context, db *sql.DB, opts *sql.TxOptions, what
 			return nil, fmt.Errorf("storage: %s: %w", what, err)
 		}
 		err = fmt.Errorf("storage: %s: %w: %w", what, errUnreachable, err)
-		if time.Since(start) >= outageWait {
+		left := outage - time.Since(start)
+		if left <= 0 {
 			return nil, err
 		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("storage: %w (after: %w)", ctx.Err(), err)
-		case <-time.After(wait):
+		case <-time.After(min(wait, left)): // the last try comes at the end of the wait, not past it
 		}
 		wait = min(2*wait, 10*time.Second)
 	}
