@@ -244,7 +244,7 @@ func (r *runner) confirm(ctx context.Context, groups [][]int) error {
 	// study's confirmation lease, queues what is missing; all of them run
 	// the queue.
 	res := "confirm@" + r.uid
-	held, err := r.store.AcquireLease(ctx, r.study.ID, res, r.owner, staleAfter)
+	held, err := r.store.AcquireLease(ctx, r.study.ID, res, r.owner, r.staleWindow())
 	if cancelled(ctx, err) {
 		return nil // interrupted: not a storage failure
 	}

@@ -70,7 +70,10 @@ func (r *runner) leaseGroup(ctx context.Context, pref []int) (*groupLease, []int
 			if mine {
 				continue // another worker of this process runs on it
 			}
-			ok, err := r.store.AcquireLease(ctx, r.study.ID, res, r.owner, staleAfter)
+			// The lease lasts the study's stale window, as its trial does: a
+			// worker silent that long is dead for the group too, so a
+			// re-run of its trial does not wait past it for the GPUs.
+			ok, err := r.store.AcquireLease(ctx, r.study.ID, res, r.owner, r.staleWindow())
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil, nil, nil
@@ -148,7 +151,8 @@ func (r *runner) leaseGroup(ctx context.Context, pref []int) (*groupLease, []int
 	}
 }
 
-// renewLease keeps a held lease alive until its release.
+// renewLease keeps a held lease alive until its release, each renewal
+// extending it by the study's stale window.
 func (r *runner) renewLease(res string) *groupLease {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -161,7 +165,7 @@ func (r *runner) renewLease(res string) *groupLease {
 				return
 			case <-time.After(heartbeatEvery):
 			}
-			err := r.store.RenewLease(ctx, res, r.owner, staleAfter)
+			err := r.store.RenewLease(ctx, res, r.owner, r.staleWindow())
 			if errors.Is(err, storage.ErrLeaseLost) {
 				l.mu.Lock()
 				l.err = fmt.Errorf("%s: the lease was taken over by another process: %w", res, err)
@@ -175,7 +179,7 @@ func (r *runner) renewLease(res string) *groupLease {
 		cancel()
 		<-done
 		if err := r.store.ReleaseLease(context.Background(), res, r.owner); err != nil && !errors.Is(err, storage.ErrLeaseLost) {
-			r.note("could not release the lease of %s: %v (it expires in %s)", res, err, staleAfter)
+			r.note("could not release the lease of %s: %v (it expires in %s)", res, err, r.staleWindow())
 		}
 	}
 	return l

@@ -83,8 +83,9 @@ type Summary struct {
 const maxSkips = 200
 
 // heartbeatEvery is how often a running trial proves its owner alive;
-// staleAfter is when another process may take it over; maxRetries bounds
-// how often one config is re-run after interruptions.
+// staleAfter is the default stale window (see staleWindow): how long its
+// trials and leases outlive a silent owner; maxRetries bounds how often
+// one config is re-run after interruptions.
 const (
 	heartbeatEvery = 10 * time.Second
 	staleAfter     = 2 * time.Minute
@@ -657,10 +658,10 @@ func (r *runner) waiting() (int, error) {
 }
 
 // resume takes over trials whose owner died (on this host, or silent for
-// staleAfter anywhere), queueing each for a re-run through the storage's
-// atomic API, kills servers they left behind, and relearns what the
-// study's earlier startups taught; the trials it read also find the
-// study's log directory (see studyLogDir).
+// the study's stale window anywhere), queueing each for a re-run through
+// the storage's atomic API, kills servers they left behind, and relearns
+// what the study's earlier startups taught; the trials it read also find
+// the study's log directory (see studyLogDir).
 func (r *runner) resume() error {
 	recs, err := r.reap()
 	if err != nil {
@@ -693,11 +694,11 @@ func (r *runner) resume() error {
 }
 
 // reap takes over the study's trials whose process has ended: silent for
-// staleAfter (on any host), or gone from this host (kill -9) however
-// recently it beat. Each is queued for a re-run. It runs before every ask,
-// while a run waits for other processes' trials and before the top
-// configs are confirmed, so a process that dies while another runs the
-// study has its trial re-run by that one, not left running.
+// the study's stale window (on any host), or gone from this host (kill -9)
+// however recently it beat. Each is queued for a re-run. It runs before
+// every ask, while a run waits for other processes' trials and before the
+// top configs are confirmed, so a process that dies while another runs
+// the study has its trial re-run by that one, not left running.
 // It returns the study's trials as they are after the takeovers, for the
 // callers that go on to read them.
 func (r *runner) reap() ([]Record, error) {
@@ -756,7 +757,9 @@ func (r *runner) takeovers() int {
 	return r.taken
 }
 
-// staleWindow is the study's launch.stale_after (staleAfter when unset).
+// staleWindow is the study's launch.stale_after (staleAfter when unset):
+// how long a silent process keeps its running trials and every lease it
+// holds (GPU groups, the confirmation) before others take them over.
 func (r *runner) staleWindow() time.Duration {
 	if d := r.st.Launch.StaleAfter; d > 0 {
 		return d

@@ -363,6 +363,41 @@ func TestRunSetsOutageWait(t *testing.T) {
 	}
 }
 
+// TestGroupLeaseFollowsStaleAfter: the lease of the GPU group a worker
+// takes lasts the study's stale window, as its trial does, so a worker
+// silent that long frees its group when its trial is taken over. It
+// lasted a fixed 2m: with stale_after 30s the re-run waited 90 s more for
+// the group; with 10m the group was free while the trial still ran.
+func TestGroupLeaseFollowsStaleAfter(t *testing.T) {
+	for _, tc := range []struct {
+		staleAfter time.Duration // launch.stale_after; 0: unset
+		want       time.Duration
+	}{
+		{0, 2 * time.Minute},
+		{30 * time.Second, 30 * time.Second},
+		{10 * time.Minute, 10 * time.Minute},
+	} {
+		t.Run(tc.staleAfter.String(), func(t *testing.T) {
+			st, store, _ := openFake(t)
+			st.Launch.StaleAfter = tc.staleAfter
+			r := testRunner(t, st, store, &fakeBackend{})
+			ctx := context.Background()
+			l, gpus, err := r.leaseGroup(ctx, st.GPUGroups[0])
+			if err != nil || l == nil {
+				t.Fatalf("leaseGroup: %v, %v", l, err)
+			}
+			defer l.release()
+			got, held, err := store.LeaseOf(ctx, r.groupResource(gpus))
+			if err != nil || !held || got.Holder != r.owner {
+				t.Fatalf("lease of %v: %+v held %v, %v; want held by %s", gpus, got, held, err, r.owner)
+			}
+			if d := got.Expires.Sub(got.Acquired); d != tc.want {
+				t.Errorf("the group's lease lasts %v, want %v", d, tc.want)
+			}
+		})
+	}
+}
+
 // A measured (or pruned) trial is stored before its server is stopped: the
 // teardown may wait minutes for the GPUs, and a tuner killed then must not
 // lose the measurement. A trial that failed, or whose server exited on its

@@ -103,7 +103,8 @@ type Launch struct {
 	// Slurm holds launch.slurm; set when Scheduler is SchedulerSlurm.
 	Slurm Slurm
 	// StaleAfter is how long a running trial may go without a heartbeat
-	// before another process takes it over (default 2m).
+	// before another process takes it over, and how long the leases of
+	// its process (its GPU group) outlive the process (default 2m).
 	StaleAfter time.Duration
 }
 
