@@ -80,18 +80,7 @@ func (p *proxy) down() {
 // once the server was back, instead of losing it and exiting), and fails
 // with errUnreachable after its OutageWait.
 func TestPostgresOutage(t *testing.T) {
-	b := postgresBackend(t)
-	dsn, err := url.Parse(b.newDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newProxy(t, dsn.Host)
-	dsn.Host = px.addr
-	s, err := Open(dsn.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, px := proxiedStore(t)
 	id, err := s.CreateNewStudy("outage")
 	if err != nil {
 		t.Fatal(err)
@@ -137,18 +126,7 @@ func TestPostgresOutage(t *testing.T) {
 // the server comes back later, well inside the default minute; the wait is
 // a minute by default and never more.
 func TestPostgresOutageWaitSet(t *testing.T) {
-	b := postgresBackend(t)
-	dsn, err := url.Parse(b.newDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newProxy(t, dsn.Host)
-	dsn.Host = px.addr
-	s, err := Open(dsn.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, px := proxiedStore(t)
 	if got := s.OutageWait(); got != time.Minute {
 		t.Errorf("default OutageWait %v, want 1m", got)
 	}
@@ -180,4 +158,27 @@ func TestPostgresOutageWaitSet(t *testing.T) {
 		t.Errorf("the write gave up after %v, want %v to %v", d, wait, outage)
 	}
 	<-back
+}
+
+// proxiedStore opens a store on a fresh PostgreSQL database reached
+// through a proxy the test can cut (see proxy); the store closes with t.
+func proxiedStore(t *testing.T) (*Store, *proxy) {
+	t.Helper()
+	b := postgresBackend(t)
+	dsn, err := url.Parse(b.newDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, dsn.Host)
+	dsn.Host = px.addr
+	s, err := Open(dsn.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s, px
 }
