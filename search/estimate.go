@@ -50,7 +50,8 @@ type Estimate struct {
 // columns (values in [0, 1]); it keeps the fit of a few trials over many
 // columns from chasing noise. Heavier, it keeps the fit from following the
 // families it is there to see: at 0.3 the fit put every contender near
-// their mean, 2 EAGLE steps as low as 4 (TestEstimatesFollowTheFamily).
+// their mean, shrank the two configs measured highest below a lucky run of
+// a poorer family and declared that (TestEstimatesFollowTheFamily).
 // On the GLM study (bench-search, 300 seeds, the same noise draws; the
 // search's trials do not depend on it) 0.05 declared a config within 3% of
 // the best 0.30 +- 0.13 launches earlier than 0.3 (27 seeds earlier, 11
