@@ -12,7 +12,9 @@ import (
 
 // proxy forwards TCP connections to a server until it is taken down
 // (listener and open connections closed) and back up on the same address:
-// a PostgreSQL restart or a network cut, seen from the client.
+// a PostgreSQL restart or a network cut, seen from the client. Brought up
+// as a black hole it accepts connections but never answers: a cut that
+// drops packets, where connecting hangs instead of failing.
 type proxy struct {
 	t      *testing.T
 	target string
@@ -30,7 +32,10 @@ func newProxy(t *testing.T, target string) *proxy {
 	return p
 }
 
-func (p *proxy) up(addr string) {
+func (p *proxy) up(addr string)        { p.listen(addr, false) }
+func (p *proxy) blackHole(addr string) { p.listen(addr, true) }
+
+func (p *proxy) listen(addr string, hole bool) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		p.t.Fatal(err)
@@ -45,6 +50,12 @@ func (p *proxy) up(addr string) {
 			c, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			if hole { // held open until down
+				p.mu.Lock()
+				p.conns = append(p.conns, c)
+				p.mu.Unlock()
+				continue
 			}
 			s, err := net.Dial("tcp", p.target)
 			if err != nil {
@@ -160,9 +171,72 @@ func TestPostgresOutageWaitSet(t *testing.T) {
 	<-back
 }
 
+// TestPostgresOutageBlackHole: during a cut that drops packets, where a
+// connection attempt hangs for pgConnectTimeout (15 s) instead of failing,
+// a write still gives up with errUnreachable soon after its OutageWait;
+// once the server answers again the store works.
+func TestPostgresOutageBlackHole(t *testing.T) {
+	s, px := proxiedStore(t)
+	id, err := s.CreateNewStudy("outage")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const wait = time.Second
+	s.SetOutageWait(wait)
+	px.down()
+	px.blackHole(px.addr)
+	start := time.Now()
+	err = s.SetStudyUserAttr(id, "k", "v")
+	d := time.Since(start)
+	if !errors.Is(err, errUnreachable) {
+		t.Errorf("a write during a black-hole cut with OutageWait %v: %v, want %v", wait, err, errUnreachable)
+	}
+	if d < wait || d > 3*wait {
+		t.Errorf("the write gave up after %v, want %v to %v", d, wait, 3*wait)
+	}
+
+	px.down()
+	px.up(px.addr)
+	if err := s.SetStudyUserAttr(id, "k", "w"); err != nil {
+		t.Fatalf("a write once the server answers again: %v", err)
+	}
+	if attrs, err := s.GetStudyUserAttrs(id); err != nil || attrs["k"] != "w" {
+		t.Fatalf("after the cut: %v, %v", attrs, err)
+	}
+}
+
+// TestPostgresOutageConnectTimeout: a black-hole cut longer than the
+// connect timeout but shorter than OutageWait is ridden out: a connection
+// attempt that runs out of connect_timeout is tried again, not taken for
+// a failure of the write.
+func TestPostgresOutageConnectTimeout(t *testing.T) {
+	s, px := proxiedStore(t, "connect_timeout", "1")
+	id, err := s.CreateNewStudy("outage")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s.SetOutageWait(5 * time.Second)
+	px.down()
+	px.blackHole(px.addr)
+	go func() {
+		time.Sleep(2500 * time.Millisecond)
+		px.down()
+		px.up(px.addr)
+	}()
+	if err := s.SetStudyUserAttr(id, "k", "v"); err != nil {
+		t.Fatalf("a write during a 2.5 s black-hole cut with connect_timeout=1: %v", err)
+	}
+	if attrs, err := s.GetStudyUserAttrs(id); err != nil || attrs["k"] != "v" {
+		t.Fatalf("after the cut: %v, %v", attrs, err)
+	}
+}
+
 // proxiedStore opens a store on a fresh PostgreSQL database reached
-// through a proxy the test can cut (see proxy); the store closes with t.
-func proxiedStore(t *testing.T) (*Store, *proxy) {
+// through a proxy the test can cut (see proxy), its URL given the query
+// parameters in keyValues (key, value, ...); the store closes with t.
+func proxiedStore(t *testing.T, keyValues ...string) (*Store, *proxy) {
 	t.Helper()
 	b := postgresBackend(t)
 	dsn, err := url.Parse(b.newDSN(t))
@@ -171,6 +245,11 @@ func proxiedStore(t *testing.T) (*Store, *proxy) {
 	}
 	px := newProxy(t, dsn.Host)
 	dsn.Host = px.addr
+	q := dsn.Query()
+	for i := 0; i+1 < len(keyValues); i += 2 {
+		q.Set(keyValues[i], keyValues[i+1])
+	}
+	dsn.RawQuery = q.Encode()
 	s, err := Open(dsn.String())
 	if err != nil {
 		t.Fatal(err)

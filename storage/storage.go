@@ -321,41 +321,99 @@ func (s *Store) SetOutageWait(d time.Duration) {
 	s.outageWait.Store(int64(min(max(d, 0), maxOutageWait)))
 }
 
+// minBeginTry is the least time a try to begin a transaction gets, so that
+// the try at the end of OutageWait can still reach a server that is back.
+const minBeginTry = time.Second
+
+// errTryTimedOut ends a try to begin a transaction that took the outage
+// wait left (see beginTry).
+var errTryTimedOut = errors.New("try timed out")
+
 // begin begins a transaction on db. While the PostgreSQL server cannot be
 // reached it tries again (the transaction never began, so nothing of it
 // was applied), backing off from 250 ms to 10 s, for OutageWait in all;
-// what names the transaction in errors ("begin", "begin read").
-func (s *Store) begin(ctx context.Context, db *sql.DB, opts *sql.TxOptions, what string) (*sql.Tx, error) {
-	start, wait, outage := time.Now(), 250*time.Millisecond, s.OutageWait()
-	for {
+// each try is bounded by the wait left (at least minBeginTry): a cut that
+// drops packets would hold a connection attempt for pgConnectTimeout. The
+// caller calls end once the transaction is committed or rolled back. what
+// names the transaction in errors ("begin", "begin read").
+func (s *Store) begin(ctx context.Context, db *sql.DB, opts *sql.TxOptions, what string) (*sql.Tx, func(), error) {
+	if s.d != dialectPostgres {
 		tx, err := db.BeginTx(ctx, opts)
+		if err != nil {
+			return nil, nil, fmt.Errorf("storage: %s: %w", what, err)
+		}
+		return tx, func() {}, nil
+	}
+	start, wait, outage := time.Now(), 250*time.Millisecond, s.OutageWait()
+	var last error // the last try's error, for the message
+	for {
+		tx, end, err := beginTry(ctx, db, opts, max(outage-time.Since(start), minBeginTry))
 		if err == nil {
-			return tx, nil
+			return tx, end, nil
 		}
-		if !s.unreachable(err) || ctx.Err() != nil {
-			return nil, fmt.Errorf("storage: %s: %w", what, err)
+		if ctx.Err() != nil || !s.unreachable(err) {
+			return nil, nil, fmt.Errorf("storage: %s: %w", what, err)
 		}
+		if errors.Is(err, errTryTimedOut) {
+			err = fmt.Errorf("storage: %s: %w: the server could not be reached within the %v wait", what, errUnreachable, outage)
+			if last != nil {
+				err = fmt.Errorf("%w (before: %w)", err, last)
+			}
+			return nil, nil, err
+		}
+		last = err
 		err = fmt.Errorf("storage: %s: %w: %w", what, errUnreachable, err)
 		left := outage - time.Since(start)
 		if left <= 0 {
-			return nil, err
+			return nil, nil, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("storage: %w (after: %w)", ctx.Err(), err)
+			return nil, nil, fmt.Errorf("storage: %w (after: %w)", ctx.Err(), err)
 		case <-time.After(min(wait, left)): // the last try comes at the end of the wait, not past it
 		}
 		wait = min(2*wait, 10*time.Second)
 	}
 }
 
+// beginTry begins a transaction on db, giving up with errTryTimedOut after
+// d: waiting for a pooled connection, its liveness ping, dialing a new one
+// and the BEGIN all count. The try runs under a child of ctx that a timer
+// cancels, not under a deadline: database/sql rolls a transaction back once
+// the context it began under is done, so the timer is stopped as BeginTx
+// returns and end, called after the transaction ended, cancels the child.
+// (A deadline on db.Conn or PingContext alone would bound connecting, not
+// the BEGIN.)
+func beginTry(ctx context.Context, db *sql.DB, opts *sql.TxOptions, d time.Duration) (*sql.Tx, func(), error) {
+	tctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(d, cancel)
+	tx, err := db.BeginTx(tctx, opts)
+	if !timer.Stop() { // tctx is cancelled, or about to be
+		if tx != nil {
+			_ = tx.Rollback() // begun too late, rolled back with tctx anyway
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		return nil, nil, errTryTimedOut
+	}
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return tx, cancel, nil
+}
+
 // unreachable reports whether err, from beginning a transaction on
 // PostgreSQL, may be tried again: the transaction never began, so nothing
 // of it was applied. Beside a refused or cut connection that includes a
 // pooled connection the server closed (57P01 after a restart, an
-// unexpected EOF), which database/sql does not replace by itself.
+// unexpected EOF), which database/sql does not replace by itself, and a
+// connection attempt that ran out of its connect_timeout (an error wrapping
+// context.DeadlineExceeded: begin checks its own ctx first).
 func (s *Store) unreachable(err error) bool {
-	return s.d == dialectPostgres && err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	return s.d == dialectPostgres && err != nil
 }
 
 func (s *Store) retryable(err error) bool {
@@ -372,10 +430,11 @@ func (s *Store) tryWrite(ctx context.Context, fn func(tx *txn) error) error {
 	if s.wdb == nil {
 		return fmt.Errorf("storage: %s: %w", s.path, ErrReadOnly)
 	}
-	tx, err := s.begin(ctx, s.wdb, nil, "begin")
+	tx, end, err := s.begin(ctx, s.wdb, nil, "begin")
 	if err != nil {
 		return err
 	}
+	defer end() // after the commit or rollback below
 	if err := fn(&txn{tx: tx, ctx: ctx, d: s.d, write: true}); err != nil {
 		_ = tx.Rollback() // the error that made us roll back is what matters
 		return err
@@ -397,10 +456,11 @@ func (s *Store) readCtx(ctx context.Context, fn func(tx *txn) error) error {
 	if s.d == dialectPostgres {
 		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
 	}
-	tx, err := s.begin(ctx, s.rdb, opts, "begin read")
+	tx, end, err := s.begin(ctx, s.rdb, opts, "begin read")
 	if err != nil {
 		return err
 	}
+	defer end()
 	defer tx.Rollback() //nolint:errcheck // read-only; nothing to keep
 	return fn(&txn{tx: tx, ctx: ctx, d: s.d})
 }
