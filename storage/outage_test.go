@@ -220,11 +220,14 @@ func TestPostgresOutageConnectTimeout(t *testing.T) {
 	s.SetOutageWait(5 * time.Second)
 	px.down()
 	px.blackHole(px.addr)
-	go func() {
+	back := make(chan struct{})
+	go func() { // owned by the test: it waits for the server to be back
+		defer close(back)
 		time.Sleep(2500 * time.Millisecond)
 		px.down()
 		px.up(px.addr)
 	}()
+	defer func() { <-back }()
 	if err := s.SetStudyUserAttr(id, "k", "v"); err != nil {
 		t.Fatalf("a write during a 2.5 s black-hole cut with connect_timeout=1: %v", err)
 	}
