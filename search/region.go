@@ -84,6 +84,19 @@ func regionCandidates(st *space.Study, recs []Record) []region {
 	}
 	failRate := failureRates(launched, names)
 	refuted := successRules(launched, names)
+	// open holds, per failed trial, the rules of one or two of its values
+	// that no success refutes: its explanations left.
+	open := map[int][][]literal{}
+	for _, rec := range launched {
+		if rec.State != StateFailed {
+			continue
+		}
+		for _, rule := range subsets(literalsOf(rec.Params, names)) {
+			if len(rule) <= 2 && !refuted[fmt.Sprint(rule)] {
+				open[rec.Number] = append(open[rec.Number], rule)
+			}
+		}
+	}
 	seen := map[string]bool{}
 	var cands []region
 	add := func(ls []literal) {
@@ -108,19 +121,14 @@ func regionCandidates(st *space.Study, recs []Record) []region {
 		if len(ls) == 1 && !diverse(r.failed, ls[0].name, names) {
 			return
 		}
-		if !soleCause(r, refuted, names) {
+		if !soleCause(r, open) {
 			return
 		}
 		cands = append(cands, r)
 	}
 	for _, rec := range launched {
-		if rec.State != StateFailed {
-			continue
-		}
-		for _, r := range subsets(literalsOf(rec.Params, names)) {
-			if len(r) <= 2 {
-				add(r)
-			}
+		for _, rule := range open[rec.Number] {
+			add(rule) // a refuted rule would have a success in its region
 		}
 	}
 	return cands
@@ -149,12 +157,13 @@ func successRules(recs []Record, names []string) map[string]bool {
 // radix off may both run CUDA graphs with EAGLE, and ruling that pair out
 // would close the best configs of bench-search's GLM study, where no launch
 // could ever refute it. Where another explanation remains, the sampler's
-// soft crash covers steer away instead (thompson.go).
-func soleCause(r region, refuted map[string]bool, names []string) bool {
+// soft crash covers steer away instead (thompson.go). open holds each
+// failed trial's explanations left, by trial number.
+func soleCause(r region, open map[int][][]literal) bool {
 	for _, rec := range r.failed {
 		sole := true
-		for _, rule := range subsets(literalsOf(rec.Params, names)) {
-			if len(rule) <= 2 && !refuted[fmt.Sprint(rule)] && !containsAll(rule, r.lits) {
+		for _, rule := range open[rec.Number] {
+			if !containsAll(rule, r.lits) {
 				sole = false
 				break
 			}
