@@ -10,7 +10,7 @@ export GOFLAGS := $(if $(SQLITE_TAG),-tags=$(SQLITE_TAG)) -buildvcs=false
 # The study files name their engines as commands on PATH (sglang-sim here).
 export PATH := $(CURDIR)/bin:$(PATH)
 
-.PHONY: all build test demo demo-cluster lint soak calibrate bench-loadgen bench-search clean report-check export-check llama-server
+.PHONY: all build test demo demo-cluster lint soak calibrate bench-loadgen bench-search clean report-check export-check llama-server test-containers
 
 all: build
 
@@ -104,7 +104,6 @@ bench-loadgen:
 llama-server:
 	bash scripts/llama-build.sh
 
-# --- llama.cpp end to end (the llama helper's lines) ---
 # sgtune against the real llama-server above: the study
 # testdata/studies/llama-cpu.yaml (12 launched trials), the token check against
 # the server's counter, a bad flag's classification time, the winner's export
@@ -114,7 +113,16 @@ llama-server:
 .PHONY: test-llama
 test-llama: build
 	bash scripts/test-llama.sh
-# --- end of the llama helper's lines ---
+
+# Trials in containers against a real Docker daemon (Debian: docker.io; a
+# private dockerd is started and stopped when none answers): the study
+# testdata/studies/container-sim.yaml on a locally imported image of the
+# simulator, two GPU groups side by side, `sgtune run` killed with kill -9
+# mid-trial and run again; a missing image refused by check. About a
+# minute; outputs in out/test-containers. The last line is the summary:
+# containers_left=N max_on_one_group=M disjoint_devices=yes|no missing_image_exit=C
+test-containers: build
+	bash scripts/test-containers.sh
 
 clean:
 	rm -rf bin sgtune.db sgtune.db-* best-launch.sh sgtune-logs out

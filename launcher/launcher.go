@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sgtune/sgtune/container"
 	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/shell"
 )
@@ -63,6 +64,19 @@ type Spec struct {
 	// progress (its error then wraps ErrAborted unless ctx ended first) and
 	// cuts short a Stop. Nil never aborts. (sgtune run: the second Ctrl-C.)
 	Abort <-chan struct{}
+	// Container runs Argv inside a container (engine.container); nil runs
+	// it as a process of this host.
+	Container *Container
+}
+
+// Container is how a server runs in a container: the study's image and
+// run options, and this trial's container name and labels. The runtime's
+// daemon owns the container: Stop and every teardown stop and remove it
+// through the daemon, by name, and wait until it is gone.
+type Container struct {
+	container.Spec
+	Name   string
+	Labels map[string]string
 }
 
 // ErrAborted is the cause of a Start ended by closing Spec.Abort.
@@ -106,6 +120,7 @@ type Server struct {
 	Facts engine.Facts
 
 	spec     Spec
+	runtime  *container.Client // the container runtime's client; nil for a host process
 	sink     *lineSink
 	logFile  *os.File
 	proc     *proc
@@ -281,7 +296,7 @@ func Start(ctx context.Context, spec Spec) (*Server, error) {
 	}
 	s := &Server{spec: spec, logFile: logFile}
 	s.sink = newLineSink(out, red, s.eng())
-	path, err := exec.LookPath(spec.Argv[0])
+	path, err := s.program(ctx)
 	if err != nil {
 		return nil, withLogErr(s.cannotRun(err), s.sink)
 	}
@@ -344,6 +359,28 @@ func (s *Server) cannotRun(err error) *Failure {
 	return s.newFailure(engine.ClassBadCommand, -1, nil, err)
 }
 
+// program finds what Start executes: the server's program, or for a
+// container the runtime's client, whose daemon must answer. A container of
+// the same name left by an earlier start of this trial is removed first.
+func (s *Server) program(ctx context.Context) (string, error) {
+	c := s.spec.Container
+	if c == nil {
+		return exec.LookPath(s.spec.Argv[0])
+	}
+	client, err := container.NewClient(c.RuntimeName())
+	if err != nil {
+		return "", err
+	}
+	if err := client.Ping(ctx); err != nil {
+		return "", err
+	}
+	s.runtime = client
+	if err := client.Remove(ctx, c.Name); err != nil {
+		return "", fmt.Errorf("remove an earlier container %s: %w", c.Name, err)
+	}
+	return client.Path, nil
+}
+
 // startupTimeout is Spec.StartupTimeout or its default.
 func (s *Server) startupTimeout() time.Duration {
 	if s.spec.StartupTimeout <= 0 {
@@ -395,12 +432,28 @@ func (s *Server) launchAttempt(path string, attempt int) (*proc, time.Time, erro
 	if attempt > 1 {
 		s.sink.reset()
 	}
-	s.sink.note(fmt.Sprintf("attempt %d: %s", attempt, shell.Join(argv)))
-	if len(s.spec.GPUs) > 0 {
-		s.sink.note("CUDA_VISIBLE_DEVICES=" + gpuList(s.spec.GPUs))
+	env := s.env()
+	if c := s.spec.Container; c != nil {
+		run := container.Run{Name: c.Name, Labels: c.Labels, Env: s.spec.Env, GPUs: s.spec.GPUs, PassGPUs: smiPath() != ""}
+		argv = append([]string{path}, c.RunArgs(run, argv)...)
+		// The client's environment carries the values of the server's
+		// (`-e KEY` on its command line); nothing else reaches the container.
+		inside := container.InsideEnv(run)
+		env = append(s.clientEnv(), inside...)
+		s.sink.note(fmt.Sprintf("attempt %d: %s", attempt, shell.Join(argv)))
+		for _, kv := range inside {
+			if strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") {
+				s.sink.note(fmt.Sprintf("in the container: %s (host GPUs %s)", kv, gpuList(s.spec.GPUs)))
+			}
+		}
+	} else {
+		s.sink.note(fmt.Sprintf("attempt %d: %s", attempt, shell.Join(argv)))
+		if len(s.spec.GPUs) > 0 {
+			s.sink.note("CUDA_VISIBLE_DEVICES=" + gpuList(s.spec.GPUs))
+		}
 	}
 	launched := time.Now()
-	p, err := launch(path, argv, s.env(), s.sink)
+	p, err := launch(path, argv, env, s.sink)
 	if err != nil {
 		return nil, time.Time{}, s.cannotRun(err)
 	}
@@ -444,10 +497,14 @@ func (s *Server) retryPort(ctx context.Context) error {
 // then waits for its release.
 func (s *Server) diedBeforeReady(ctx context.Context, p *proc) *Failure {
 	_, _, m := s.sink.state()
-	class := classify(m, p.exitCode, false)
-	f := s.newFailure(class, p.exitCode, m, nil)
+	code, oom := s.containerExit(ctx, p.exitCode)
+	class := classify(m, code, false)
+	if oom {
+		class = engine.ClassOOM
+	}
+	f := s.newFailure(class, code, m, nil)
 	f.Detected = time.Since(p.exitedAt)
-	s.sink.note(fmt.Sprintf("exited with status %d before ready: %s (classified %d ms after the exit)", p.exitCode, class, f.Detected.Milliseconds()))
+	s.sink.note(fmt.Sprintf("exited with status %d before ready: %s (classified %d ms after the exit)", code, class, f.Detected.Milliseconds()))
 	// The process is gone; a failed release is noted in the log.
 	_ = s.teardown(ctx, false)
 	s.closeLog()
@@ -507,6 +564,47 @@ func (s *Server) aborted() bool {
 	default:
 		return false
 	}
+}
+
+// clientEnv is the container client's environment: ours, less the
+// variables the server must not see (Engine.ClearEnv), which `-e KEY`
+// would otherwise carry in when a study names one.
+func (s *Server) clientEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !s.eng().Cleared(name) {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// containerExit returns how a container ended, once its client exited
+// with status code: the container's own status and whether the kernel's
+// OOM killer ended it (the daemon's record, read before the container is
+// removed). A container still running after its client ended (the client
+// was killed) is noted; the teardown removes it. For a host process it
+// returns code, false.
+func (s *Server) containerExit(ctx context.Context, code int) (int, bool) {
+	if s.spec.Container == nil || s.runtime == nil {
+		return code, false
+	}
+	st, err := s.runtime.Inspect(context.WithoutCancel(ctx), s.spec.Container.Name)
+	switch {
+	case err != nil:
+		s.sink.note("inspect the container: " + err.Error())
+		return code, false
+	case !st.Exists:
+		return code, false
+	case st.Running:
+		s.sink.note(fmt.Sprintf("the %s client exited with status %d while container %s still runs", s.runtime.Name, code, s.spec.Container.Name))
+		return code, false
+	}
+	if st.OOMKilled {
+		s.sink.note(fmt.Sprintf("container %s was killed by the kernel's OOM killer (status %d)", s.spec.Container.Name, st.ExitCode))
+	}
+	return st.ExitCode, st.OOMKilled
 }
 
 // env is the child's environment: ours without the variables the engine
@@ -642,10 +740,21 @@ func (s *Server) monitor() {
 	<-s.proc.done
 	_, _, m := s.sink.state()
 	s.mu.Lock()
+	stopping := s.stopping
+	s.mu.Unlock()
+	var code int
+	var oom bool
+	if !stopping {
+		code, oom = s.containerExit(context.Background(), s.proc.exitCode)
+	}
+	s.mu.Lock()
 	if !s.stopping {
-		code := s.proc.exitCode
 		s.sink.note(fmt.Sprintf("exited with status %d after ready", code))
-		s.failure = s.newFailure(classify(m, code, true), code, m, nil)
+		class := classify(m, code, true)
+		if oom {
+			class = engine.ClassOOM
+		}
+		s.failure = s.newFailure(class, code, m, nil)
 		s.failure.Detected = time.Since(s.proc.exitedAt)
 	}
 	s.mu.Unlock()
@@ -686,6 +795,7 @@ func (s *Server) terminate(ctx context.Context) {
 	}
 	if s.aborted() {
 		s.sink.note("aborted; sending SIGKILL")
+		s.killContainer()
 		p.signalGroup(syscall.SIGKILL)
 		<-p.done
 		return
@@ -693,6 +803,10 @@ func (s *Server) terminate(ctx context.Context) {
 	grace := s.spec.Grace
 	if grace <= 0 {
 		grace = DefaultGrace
+	}
+	if s.spec.Container != nil && s.runtime != nil {
+		s.stopContainer(ctx, p, grace)
+		return
 	}
 	p.signalGroup(syscall.SIGTERM)
 	t := time.NewTimer(grace)
@@ -713,6 +827,51 @@ func (s *Server) terminate(ctx context.Context) {
 	<-p.done // SIGKILL cannot be ignored; the wait goroutine reaps promptly
 }
 
+// stopContainer stops the container through its daemon (SIGTERM, SIGKILL
+// after grace), or kills it at once when ctx ends, then waits for its
+// client to exit; a client that outlives its container is killed.
+func (s *Server) stopContainer(ctx context.Context, p *proc, grace time.Duration) {
+	name := s.spec.Container.Name
+	stopped := make(chan error, 1)
+	go func() { // ends when the runtime's stop returns (bounded by its own timeout)
+		stopped <- s.runtime.Stop(context.WithoutCancel(ctx), name, grace)
+	}()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			s.sink.note(fmt.Sprintf("%s stop %s: %v; killing it", s.runtime.Name, name, err))
+			s.killContainer()
+		}
+	case <-ctx.Done():
+		if s.aborted() {
+			s.sink.note("aborted; killing the container")
+		} else {
+			s.sink.note("stop canceled; killing the container")
+		}
+		s.killContainer()
+	}
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		s.sink.note("the container client did not exit after the container stopped; sending SIGKILL")
+		p.signalGroup(syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// killContainer sends SIGKILL to the container through its daemon (a
+// no-op for a host process).
+func (s *Server) killContainer() {
+	if s.spec.Container == nil || s.runtime == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.runtime.Kill(ctx, s.spec.Container.Name); err != nil {
+		s.sink.note(fmt.Sprintf("%s kill %s: %v", s.runtime.Name, s.spec.Container.Name, err))
+	}
+}
+
 // release waits, after the leader exited, until the group is gone, the
 // port is free, the output copy ended, and the GPUs are released. After
 // Spec.Abort only the (short) wait for the group runs.
@@ -731,6 +890,15 @@ func (s *Server) release(ctx context.Context) error {
 	defer gcancel()
 	if err := waitGroupGone(gctx, p.pid); err != nil {
 		errs = append(errs, err)
+	}
+	// The container goes with its client, even after an abort: its daemon
+	// would keep it (and its GPUs) otherwise.
+	if c := s.spec.Container; c != nil && s.runtime != nil {
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		if err := s.runtime.Remove(cctx, c.Name); err != nil {
+			errs = append(errs, fmt.Errorf("remove container %s: %w", c.Name, err))
+		}
+		ccancel()
 	}
 	skipped := func() bool {
 		if s.aborted() {

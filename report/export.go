@@ -4,6 +4,7 @@ package report
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -67,6 +68,20 @@ type Launch struct {
 	// stopped, or missed its SLO); "" for one that passed. The header and
 	// the JSON carry it.
 	Warning string
+	// Container is the image and run options the trial's server ran in
+	// (engine.container); nil for a server run on the host. The docker
+	// export then runs that image, pinned, with those options.
+	Container *Container
+}
+
+// Container is how a trial's container ran.
+type Container struct {
+	Runtime    string   `json:"runtime"`
+	Image      string   `json:"image"`
+	ImageID    string   `json:"image_id,omitempty"`
+	RepoDigest string   `json:"repo_digest,omitempty"`
+	Options    []string `json:"options,omitempty"`
+	Volumes    []string `json:"volumes,omitempty"`
 }
 
 // Figures are the measurements an export header quotes.
@@ -109,6 +124,9 @@ func Write(w io.Writer, format string, l Launch) error {
 	case "bash":
 		return bash(w, l, model)
 	case "docker":
+		if l.Container != nil {
+			return containerScript(w, l, model)
+		}
 		return docker(w, l, model)
 	case "json":
 		enc := json.NewEncoder(w)
@@ -308,6 +326,56 @@ func docker(w io.Writer, l Launch, model string) error {
 	fmt.Fprint(w, "  \"$IMAGE\"")
 	if len(inside) > 0 {
 		fmt.Fprintf(w, " %s", shell.Join(inside))
+	}
+	if model != "" {
+		fmt.Fprintf(w, " %s", shell.Quote(model))
+	}
+	writeFlags(w, l.Flags)
+	fmt.Fprintln(w, " \\\n  \"$@\"")
+	return nil
+}
+
+// containerScript is the docker export of a trial that ran in a
+// container: the same runtime, image (its registry digest where it has
+// one, else the image as named, with the ID it had when tuned), run
+// options and volumes, and the same command inside.
+func containerScript(w io.Writer, l Launch, model string) error {
+	c := l.Container
+	header(w, l)
+	runtime := cmp.Or(c.Runtime, "docker")
+	image := cmp.Or(c.RepoDigest, c.Image)
+	fmt.Fprintln(w, "# Extra arguments (e.g. --port 30000) are passed through to the engine.")
+	fmt.Fprintf(w, "# IMAGE defaults to the image the trial ran: %s", c.Image)
+	if c.ImageID != "" {
+		fmt.Fprintf(w, ", image ID %s when tuned", c.ImageID)
+	}
+	fmt.Fprintln(w, ".")
+	fmt.Fprintln(w, "set -euo pipefail")
+	fmt.Fprintf(w, "IMAGE=${IMAGE:-%s}\n", shell.Quote(image))
+	apiKey(w, l)
+	fmt.Fprintf(w, "exec %s run --rm --network host", runtime)
+	if l.Engine.UsesGPUs && l.GPUs != "" {
+		if runtime == "podman" {
+			for _, g := range strings.Split(l.GPUs, ",") {
+				fmt.Fprintf(w, " --device nvidia.com/gpu=%s", shell.Quote(g))
+			}
+		} else {
+			fmt.Fprintf(w, ` --gpus '"device=%s"'`, l.GPUs)
+		}
+	}
+	fmt.Fprintln(w, " \\")
+	if len(c.Options) > 0 {
+		fmt.Fprintf(w, "  %s \\\n", shell.Join(c.Options))
+	}
+	for _, v := range c.Volumes {
+		fmt.Fprintf(w, "  -v %s \\\n", shell.Quote(v))
+	}
+	for _, k := range slices.Sorted(maps.Keys(l.Env)) {
+		fmt.Fprintf(w, "  -e %s \\\n", shell.Quote(k+"="+l.Env[k]))
+	}
+	fmt.Fprint(w, "  \"$IMAGE\"")
+	if len(l.Command) > 0 {
+		fmt.Fprintf(w, " %s", shell.Join(l.Command))
 	}
 	if model != "" {
 		fmt.Fprintf(w, " %s", shell.Quote(model))

@@ -61,6 +61,40 @@ func TestWriteGolden(t *testing.T) {
 	}
 }
 
+// sampleContainer is sample() run in a container: the docker export runs
+// the trial's image, pinned by its registry digest, with its options.
+func sampleContainer(runtime string) Launch {
+	l := sample()
+	l.Container = &Container{Runtime: runtime, Image: "lmsysorg/sglang:v0.5.21", ImageID: "sha256:9e1f",
+		RepoDigest: "lmsysorg/sglang@sha256:b1259f3e", Options: []string{"--ipc=host", "--shm-size", "32g"},
+		Volumes: []string{"/data/hf:/root/.cache/huggingface"}}
+	return l
+}
+
+func TestWriteContainerGolden(t *testing.T) {
+	for _, runtime := range []string{"docker", "podman"} {
+		t.Run(runtime, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := Write(&buf, "docker", sampleContainer(runtime)); err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", "launch.container-"+runtime+".golden")
+			if *update {
+				if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./report -update)", err)
+			}
+			if !bytes.Equal(buf.Bytes(), want) {
+				t.Errorf("container export differs from %s:\n%s", golden, buf.String())
+			}
+		})
+	}
+}
+
 // TestBashScriptRuns checks the script parses and passes the winning flags,
 // quoted correctly, to the engine command.
 func TestBashScriptRuns(t *testing.T) {
@@ -178,7 +212,10 @@ func TestExportShellcheck(t *testing.T) {
 	odd.Params = map[string]interface{}{"note": "a\nb; rm -rf /"}
 	odd.Study = "study with $(odd) name\nand a newline"
 	dir := t.TempDir()
-	for name, l := range map[string]Launch{"sample": sample(), "odd": odd} {
+	oddContainer := odd
+	oddContainer.Container = &Container{Runtime: "podman", Image: "my image:$(x)", Options: []string{"--env", "A=$B"}, Volumes: []string{"/a b:/c"}}
+	oddContainer.GPUs = "0,1"
+	for name, l := range map[string]Launch{"sample": sample(), "odd": odd, "container": sampleContainer("docker"), "odd-container": oddContainer} {
 		for _, format := range []string{"bash", "docker"} {
 			var buf bytes.Buffer
 			if err := Write(&buf, format, l); err != nil {

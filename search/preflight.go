@@ -1,6 +1,7 @@
 package search
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sgtune/sgtune/container"
 	"github.com/sgtune/sgtune/errext"
 	"github.com/sgtune/sgtune/space"
 )
@@ -30,6 +32,14 @@ type Preflight struct {
 	// Host lists what stops `sgtune run` on this machine although the file
 	// is valid (the engine command, the API key).
 	Host []error
+	// Runtime lists what is wrong with the study's container runtime
+	// (engine.container): not installed, its daemon not answering, the
+	// image missing. check and run both refuse them (exit 2): every
+	// launch would fail the same way.
+	Runtime []error
+	// ImageID is the ID the container runtime gives engine.container.image
+	// ("" without a container, or when it has no such image).
+	ImageID string
 	// Warnings are valid but probably not what the user wants.
 	Warnings []string
 	// grid is the grid sampler's points (budget.sampler grid, else nil),
@@ -74,6 +84,9 @@ func Check(st *space.Study, getenv func(string) string) Preflight {
 	switch {
 	case len(st.Engine.Command) == 0:
 		p.Host = append(p.Host, fmt.Errorf("%s: engine.command is empty", st.Path))
+	case st.Engine.Container != nil:
+		// The command runs inside the image, not on this host.
+		p.ImageID, p.Runtime = probeContainer(st)
 	default:
 		if _, err := exec.LookPath(st.Engine.Command[0]); err != nil {
 			p.Host = append(p.Host, fmt.Errorf("%s: engine.command: cannot run %q: %v (is it installed and on PATH?)",
@@ -121,10 +134,33 @@ func (p *Preflight) Err() error {
 	if err := p.NoFeasible(); err != nil {
 		return err
 	}
+	if len(p.Runtime) > 0 {
+		return errext.Bad(errors.Join(p.Runtime...))
+	}
 	if len(p.Host) > 0 {
 		return errext.Bad(errors.Join(p.Host...))
 	}
 	return nil
+}
+
+// probeContainer checks that the study's container runtime is installed,
+// that its daemon answers and that it holds the image (runs never pull).
+func probeContainer(st *space.Study) (string, []error) {
+	c := st.Engine.Container
+	cl, err := container.NewClient(c.RuntimeName())
+	if err != nil {
+		return "", []error{fmt.Errorf("%s: engine.container.runtime: %w; valid: a host with %s installed", st.Path, err, c.RuntimeName())}
+	}
+	ctx := context.Background()
+	if err := cl.Ping(ctx); err != nil {
+		return "", []error{fmt.Errorf("%s: engine.container.runtime: %w; valid: a running %s daemon this user may use (DOCKER_HOST or CONTAINER_HOST names another socket)", st.Path, err, cl.Name)}
+	}
+	id, err := cl.ImageID(ctx, c.Image)
+	if err != nil {
+		return "", []error{fmt.Errorf("%s: engine.container.image: %w; valid: an image present on this host (%s pull %s, or %s load); trials never pull",
+			st.Path, err, cl.Name, c.Image, cl.Name)}
+	}
+	return id, nil
 }
 
 // apiKey reads the server API key the study names, if any.

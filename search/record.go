@@ -80,6 +80,7 @@ type Record struct {
 	Engine       []string               `json:"engine_command,omitempty"`
 	Version      string                 `json:"engine_version,omitempty"`
 	LaunchCmd    []string               `json:"launch_command,omitempty"`
+	Container    *ContainerRun          `json:"container,omitempty"`
 	ModelRev     string                 `json:"model_revision,omitempty"`
 	ConfigKey    string                 `json:"-"`
 	Config       json.RawMessage        `json:"config,omitempty"`
@@ -207,6 +208,12 @@ func decode(t goptuna.FrozenTrial) Record {
 	r.Retries, _ = strconv.Atoi(ua[storage.AttrRetries])
 	_ = json.Unmarshal([]byte(ua[storage.AttrEngine]), &r.Engine)
 	_ = json.Unmarshal([]byte(ua[storage.AttrLaunchCommand]), &r.LaunchCmd)
+	if c := ua[storage.AttrContainer]; c != "" {
+		var run ContainerRun
+		if json.Unmarshal([]byte(c), &run) == nil {
+			r.Container = &run
+		}
+	}
 	_ = json.Unmarshal([]byte(ua[storage.AttrArgv]), &r.Argv)
 	if s := ua[storage.AttrConfig]; s != "" {
 		r.Config = json.RawMessage(s)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/c-bata/goptuna"
 
+	"github.com/sgtune/sgtune/container"
 	"github.com/sgtune/sgtune/errext"
 	"github.com/sgtune/sgtune/launcher"
 	"github.com/sgtune/sgtune/objective"
@@ -114,7 +115,10 @@ type runner struct {
 	host   string
 	apiKey string
 	uid    string // the study's random id, part of every server's tag
-	logDir string // where its trials' logs go (see studyLogDir)
+	// containers is the container runtime's client (engine.container),
+	// made on first use; see containerClient.
+	containers *container.Client
+	logDir     string // where its trials' logs go (see studyLogDir)
 	// spaceSize is the number of distinct configs (0 = unknown, e.g.
 	// continuous params); once every one was tried, the study is done.
 	spaceSize int
@@ -186,6 +190,9 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	}
 	if err := r.resume(); err != nil {
 		return r.sum, err
+	}
+	if err := r.sweepContainers(ctx); err != nil {
+		return r.interruptedBefore(ctx, err)
 	}
 	for _, g := range groups {
 		if r.st.Slurmed() {
@@ -820,6 +827,14 @@ func (r *runner) killLeftovers(id, number int) bool {
 	}
 	if len(pids) > 0 {
 		r.trialEvent(EventNote, number, "killed %d leftover server process group(s)", len(pids))
+	}
+	n, err := r.removeTrialContainers(number)
+	if err != nil {
+		r.trialEvent(EventNote, number, "could not remove the trial's leftover containers: %v", err)
+		return false
+	}
+	if n > 0 {
+		r.trialEvent(EventNote, number, "removed %d leftover container(s)", n)
 	}
 	return true
 }

@@ -513,12 +513,17 @@ func (r *runner) launch(ctx context.Context, t *trialRun, gpus []int) error {
 	// without taking it down. cfg.Env already holds engine.env.
 	spec := launcher.Spec{Engine: kind, Argv: argv, GPUs: gpus, LogPath: logPath,
 		StartupTimeout: r.st.Launch.StartupTimeout, APIKey: r.apiKey, Abort: r.opt.Abort,
-		Env: []string{r.trialTag(t.number)}}
+		Env: []string{r.trialTag(t.number)}, Container: r.containerSpec(t.number, gpus)}
 	for _, k := range slices.Sorted(maps.Keys(t.cfg.Env)) {
 		spec.Env = append(spec.Env, k+"="+t.cfg.Env[k])
 	}
 	if r.apiKey != "" {
 		spec.Argv = append(spec.Argv, kind.APIKeyFlag, r.apiKey)
+	}
+	if spec.Container != nil {
+		if err := r.recordContainer(ctx, t, spec.Container); err != nil {
+			return err
+		}
 	}
 	where := "on GPUs " + gpuList(gpus)
 	switch {

@@ -247,6 +247,9 @@ func (st *startup) logArgs() (int, bool) {
 		st.logf("%s", w)
 	}
 	st.logf("%s", st.serverArgsRepr())
+	// Not an SGLang line: the devices this server was given, so that a
+	// launcher's GPU isolation (a container's, say) can be checked here.
+	st.logf("sim: CUDA_VISIBLE_DEVICES=%s", os.Getenv("CUDA_VISIBLE_DEVICES"))
 	return 0, false
 }
 

@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -238,6 +239,8 @@ func (s *Server) serverInfo(w http.ResponseWriter, r *http.Request) {
 	info["internal_states"] = []any{internal}
 	info["version"] = "0.5.21"
 	info["kv_events"] = nil
+	// Not an SGLang field: the devices this server was given.
+	info["sim_cuda_visible_devices"] = os.Getenv("CUDA_VISIBLE_DEVICES")
 	writeJSON(w, 200, info)
 }
 

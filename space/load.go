@@ -17,6 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sgtune/sgtune/container"
 	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/objective"
 	"github.com/sgtune/sgtune/shell"
@@ -216,7 +217,7 @@ func (d *dec) engine(st *Study, top *mapNode) {
 		top.failKey("engine", "missing; valid: engine: {name: NAME, command: ...} with NAME one of %s", valid)
 		return
 	}
-	m := d.mapping(top.node("engine"), "engine", "name", "command", "launch_command", "version", "env", "flags_schema")
+	m := d.mapping(top.node("engine"), "engine", "name", "command", "launch_command", "version", "env", "flags_schema", "container")
 	st.Engine.Name = engine.SGLang.Name
 	m.str("name", &st.Engine.Name)
 	kind, err := engine.Lookup(st.Engine.Name)
@@ -234,6 +235,12 @@ func (d *dec) engine(st *Study, top *mapNode) {
 		st.Engine.LaunchCommand = d.command(m, "launch_command", n)
 	}
 	m.str("version", &st.Engine.Version)
+	if n := m.node("container"); n != nil {
+		st.Engine.Container = d.container(n)
+		if st.Slurmed() {
+			m.failKey("container", "not run by sgtune with launch.scheduler slurm; valid: leave engine.container out and name the cluster's container launcher in engine.command (docs/study-file.md, \"Containers\")")
+		}
+	}
 	if n := m.node("env"); n != nil {
 		if n.Kind != yaml.MappingNode {
 			m.failKey("env", "got %s; valid: a mapping of NAME: value", kindName(n))
@@ -274,6 +281,54 @@ func (d *dec) engine(st *Study, top *mapNode) {
 		return
 	}
 	st.Schema, st.SchemaStandIn = s, !ok && st.Engine.Version != ""
+}
+
+// container decodes engine.container: the image every trial's command runs
+// in, and the runtime and run options to run it with.
+func (d *dec) container(n *yaml.Node) *container.Spec {
+	m := d.mapping(n, "engine.container", "runtime", "image", "options", "volumes")
+	c := &container.Spec{}
+	if m.str("runtime", &c.Runtime) && !slices.Contains(container.Runtimes, c.Runtime) {
+		m.failKey("runtime", "%q; valid: %s", c.Runtime, strings.Join(container.Runtimes, " or "))
+	}
+	if !m.str("image", &c.Image) && !m.has("image") {
+		m.failKey("image", "missing; valid: an image by tag or digest, e.g. lmsysorg/sglang:v0.5.21")
+	} else if m.has("image") && strings.TrimSpace(c.Image) == "" {
+		m.failKey("image", "empty; valid: an image by tag or digest, e.g. lmsysorg/sglang:v0.5.21")
+	}
+	c.Options = d.words(m, "options")
+	if o := container.ReservedOption(c.Options); o != "" {
+		m.failKey("options", "contains %s, which sgtune sets itself (name, labels, GPUs, host network, no pull, kept until removed); valid: other run options such as --ipc=host, --shm-size=32g", o)
+	}
+	c.Volumes = d.words(m, "volumes")
+	for i, v := range c.Volumes {
+		if !strings.Contains(v, ":") {
+			d.fail(m.node("volumes").Content[i], fmt.Sprintf("engine.container.volumes[%d]", i), "%q; valid: HOST_PATH:CONTAINER_PATH[:ro]", v)
+		}
+	}
+	return c
+}
+
+// words decodes an optional list of strings (or one shell-style string).
+func (d *dec) words(m *mapNode, key string) []string {
+	n := m.node(key)
+	if n == nil {
+		return nil
+	}
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+		w, err := shell.Split(n.Value)
+		if err != nil {
+			m.failKey(key, "cannot split %q: %v; valid: a list of words", n.Value, err)
+		}
+		return w
+	}
+	var out []string
+	for i, c := range m.list(key) {
+		if s, ok := d.scalarString(c, fmt.Sprintf("%s[%d]", join(m.path, key), i)); ok {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func (d *dec) model(st *Study, top *mapNode) {

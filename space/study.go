@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sgtune/sgtune/container"
 	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/errext"
 	"github.com/sgtune/sgtune/objective"
@@ -62,6 +63,9 @@ type Engine struct {
 	LaunchCommand []string
 	Version       string            // version or image digest to pin (recorded)
 	Env           map[string]string // extra environment
+	// Container runs every trial's Command inside an image
+	// (engine.container); nil runs it on the host.
+	Container *container.Spec
 }
 
 // Budget bounds the search.

@@ -79,6 +79,9 @@ const (
 	AttrEngineVersion = "sgtune.engine_version"
 	// AttrLaunchCommand (user): the launch command prefix as a JSON array.
 	AttrLaunchCommand = "sgtune.launch_command"
+	// AttrContainer (user): for a trial run in a container, the runtime,
+	// image, image ID run, registry digest and run options, as JSON.
+	AttrContainer = "sgtune.container"
 	// AttrConfigKey (user): the config's identity, for duplicate checks.
 	AttrConfigKey = "sgtune.config_key"
 	// AttrRejections (user): the space's rules that rejected the trial's

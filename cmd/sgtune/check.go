@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sgtune/sgtune/errext"
 	"github.com/sgtune/sgtune/search"
 	"github.com/sgtune/sgtune/shell"
 	"github.com/sgtune/sgtune/space"
@@ -202,6 +203,9 @@ command not on PATH, API key unset or unreadable) do not change the exit code.`,
 			for _, h := range pre.Host {
 				fmt.Fprintf(warnTo, "warning: %v; sgtune run will refuse to start on this machine\n", h)
 			}
+			if len(pre.Runtime) > 0 {
+				return errext.Bad(errors.Join(pre.Runtime...))
+			}
 			return pre.NoFeasible()
 		},
 	}
@@ -221,6 +225,17 @@ func printSurvey(w io.Writer, st *space.Study, pre *search.Preflight) {
 		engine += " " + st.Engine.Version
 	}
 	fmt.Fprintf(w, "engine: %s, command: %s, flags from %s\n", engine, shell.Join(st.Engine.Command), sv.Schema)
+	if c := st.Engine.Container; c != nil {
+		id := pre.ImageID
+		if id == "" {
+			id = "not found"
+		}
+		fmt.Fprintf(w, "container: %s run %s (image ID %s)", c.RuntimeName(), c.Image, id)
+		if len(c.Options)+len(c.Volumes) > 0 {
+			fmt.Fprintf(w, ", options %s", shell.Join(append(slices.Clone(c.Options), c.Volumes...)))
+		}
+		fmt.Fprintln(w, "; the command runs inside it, with the trial's GPUs and a name and labels per trial")
+	}
 	cpus := ""
 	if st.CPUsPerTrial > 0 {
 		cpus = fmt.Sprintf(", %d CPUs per trial", st.CPUsPerTrial)

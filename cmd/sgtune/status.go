@@ -216,6 +216,11 @@ in the header.`,
 				l.Confirmed = strings.TrimPrefix(w.Confirmed(), "confirmed: ")
 				l.Confirmation = &report.Pooled{Pooled: w.Pooled, Runs: len(w.Runs), Spread: w.Spread}
 			}
+			if c := rec.Container; c != nil && format == "docker" {
+				// The trial's own image, options and command inside it.
+				l.Container = &report.Container{Runtime: c.Runtime, Image: c.Image, ImageID: c.ImageID,
+					RepoDigest: c.RepoDigest, Options: c.Options, Volumes: c.Volumes}
+			}
 			switch {
 			case command != "":
 				words, err := shell.Split(command)
@@ -223,7 +228,7 @@ in the header.`,
 					return badInput(fmt.Errorf("--command %q: %v; valid: a shell-style command line such as \"python3 -m sglang.launch_server\"; nothing written", command, cmp.Or(err, errors.New("empty"))))
 				}
 				l.Command = words
-			case len(rec.LaunchCmd) > 0:
+			case len(rec.LaunchCmd) > 0 && l.Container == nil:
 				l.Command = rec.LaunchCmd
 			}
 			var buf bytes.Buffer
