@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -125,5 +126,97 @@ flags:
 	}
 	if _, err := ParseFlagSchema([]byte("engine: x\nversion: v1\nflags:\n  - {name: model, type: str}\n"), "bad"); err == nil {
 		t.Error("a flag name without a dash was accepted")
+	}
+}
+
+// TestSGLangClosedLists: the flags SGLang's argparse holds to a fixed list
+// (server_args.py @001067ff) are closed in the bundled schema: a typo is
+// refused with the valid values, and the values newer builds added
+// (deepep_v2, pplx, breakable, tc_piecewise) are accepted.
+func TestSGLangClosedLists(t *testing.T) {
+	s, _, err := SGLang.Schema("v0.5.21")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		flag, value string
+		ok          bool
+		want        string // in the error when refused
+	}{
+		{"--moe-a2a-backend", "deepepp", false, `--moe-a2a-backend "deepepp" is not a valid choice (did you mean deepep?); valid: none, deepep, mooncake, nixl, mori, ascend_fuseep, flashinfer, megamoe, deepep_v2, pplx, ascend_tp`},
+		{"--moe-a2a-backend", "deepep_v2", true, ""},
+		{"--moe-a2a-backend", "pplx", true, ""},
+		{"--speculative-moe-a2a-backend", "pplx", true, ""},
+		{"--cuda-graph-backend-decode", "breakable", true, ""},
+		{"--cuda-graph-backend-decode", "tc_piecewise", true, ""},
+		{"--cuda-graph-backend-prefill", "breakable", true, ""},
+		{"--cuda-graph-backend-prefill", "tc_piecewise", true, ""},
+		{"--cuda-graph-backend-prefill", "piecewise", false, "valid: full, breakable, tc_piecewise, disabled"},
+		{"--attention-backend", "fa3", true, ""},
+		{"--attention-backend", "fa5", false, "did you mean fa3?"},
+		{"--decode-attention-backend", "trtllm_mla", true, ""},
+		{"--moe-runner-backend", "deep_gemm", true, ""},
+		{"--moe-runner-backend", "deepgemm", false, "did you mean deep_gemm?"},
+		{"--quantization", "fp8", true, ""},
+		{"--quantization", "fp9", false, "not a valid choice"},
+		{"--fp8-gemm-backend", "cutlass", true, ""},
+		{"--fp4-gemm-backend", "flashinfer_cudnn", true, ""},
+		{"--dsa-prefill-backend", "flashinfer_sparse_mla", true, ""},
+		{"--nsa-decode-backend", "flashinfer_sparse_mla", true, ""},
+		{"--linear-attn-backend", "triton", true, ""},
+		{"--reasoning-parser", "glm45", true, ""},
+		{"--tool-call-parser", "glm47", true, ""},
+		{"--tool-call-parser", "glm46", false, "not a valid choice"},
+		{"--radix-eviction-policy", "slru", true, ""},
+		{"--load-balance-method", "round-robin", false, "did you mean round_robin?"},
+		{"--hicache-write-policy", "write_back", true, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.flag+"="+tc.value, func(t *testing.T) {
+			spec, ok := s.Lookup(tc.flag)
+			if !ok {
+				t.Fatalf("schema lacks %s", tc.flag)
+			}
+			err := spec.ValidateValue(tc.value)
+			if tc.ok {
+				if err != nil {
+					t.Errorf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one holding %q", err, tc.want)
+			}
+		})
+	}
+	// The whole argv path refuses the typo the same way.
+	if _, err := s.ParseArgv([]string{"--moe-a2a-backend", "deepepp"}); err == nil || !strings.Contains(err.Error(), "deepep_v2, pplx") {
+		t.Errorf("ParseArgv --moe-a2a-backend deepepp: %v", err)
+	}
+}
+
+// TestSGLangAddedTuningFlags: the tuning flags added from server_args.py
+// @001067ff are in the schema with SGLang's types.
+func TestSGLangAddedTuningFlags(t *testing.T) {
+	s, _, err := SGLang.Schema("v0.5.21")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for flag, typ := range map[string]string{
+		"--cuda-graph-config": "str", "--torch-compile-max-bs": "int", "--num-continuous-decode-steps": "int",
+		"--radix-eviction-policy": "str", "--prefill-max-requests": "int", "--enable-priority-scheduling": "bool",
+		"--load-balance-method": "str", "--hicache-ratio": "float", "--hicache-size": "int", "--hicache-write-policy": "str",
+		"--hicache-io-backend": "str", "--hicache-mem-layout": "str", "--hicache-storage-backend": "str",
+		"--hicache-storage-prefetch-policy": "str", "--hicache-host-memory-mode": "str", "--cuda-graph-bs-prefill": "int",
+		"--piecewise-cuda-graph-tokens": "int", "--dcp-size": "int", "--max-loras-per-batch": "int",
+	} {
+		f, ok := s.Lookup(flag)
+		if !ok {
+			t.Errorf("schema lacks %s", flag)
+			continue
+		}
+		if f.Type != typ {
+			t.Errorf("%s is a %s, want %s", flag, f.Type, typ)
+		}
 	}
 }

@@ -30,21 +30,45 @@ type flagDef struct {
 	upper      bool   // value is upper-cased (speculative algorithm)
 }
 
-// Choice lists from the reference (MAIN).
+// Choice lists: sgl-project/sglang python/sglang/srt/server_args.py
+// @001067ff, as the bundled flag schema (engine/flags) lists them; the
+// parsers' lists are ReasoningParser.DetectorMap and
+// FunctionCallParser.ToolCallParserEnum at their nearest stored versions
+// (@002e9bfc, @00828e56), plus nano_v3 from the reference's MAIN.
 var (
 	kvDtypes     = []string{"auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16", "fp4_e2m1"}
-	attnBackends = []string{"triton", "torch_native", "flex_attention", "fa3", "fa4", "flashinfer", "flashmla", "trtllm_mla",
-		"trtllm_mha", "cutlass_mla", "aiter", "wave", "intel_amx", "ascend", "nsa", "dsa", "dsv4", "cutedsl_mla", "tokenspeed_mla", "intel_xpu"}
-	moeRunners = []string{"auto", "deep_gemm", "triton", "triton_kernel", "flashinfer_trtllm", "flashinfer_cutlass",
-		"flashinfer_mxfp4", "flashinfer_cutedsl", "cutlass", "aiter", "marlin"}
-	moeA2A         = []string{"none", "deepep", "mooncake", "nixl", "mori", "ascend_fuseep", "flashinfer", "megamoe", "ascend_tp"}
-	reasoningParse = []string{"auto", "deepseek-r1", "deepseek-v3", "qwen3", "qwen3-thinking", "kimi", "kimi_k2", "glm45",
-		"gpt-oss", "minimax", "minimax-append-think", "step3", "nano_v3", "interns1", "mimo"}
-	toolParsers = []string{"auto", "qwen", "qwen25", "qwen3_coder", "hermes", "kimi_k2", "deepseekv3", "deepseekv31",
-		"deepseekv32", "glm", "glm45", "glm47", "gpt-oss", "llama3", "mistral", "pythonic", "step3", "minimax-m2", "interns1"}
+	attnBackends = []string{"triton", "torch_native", "flex_attention", "dsa", "nsa", "dsv4", "compressed", "cutlass_mla", "fa3", "fa4",
+		"flashinfer", "flashmla", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla", "trtllm_mha", "dual_chunk_flash_attn", "hpc_ops",
+		"minicpm_flashattn", "minicpm_flashinfer", "aiter", "wave", "intel_amx", "ascend", "intel_xpu"}
+	moeRunners = []string{"auto", "deep_gemm", "triton", "triton_kernel", "flashinfer_trtllm", "experimental_sgl_trtllm",
+		"flashinfer_trtllm_routed", "flashinfer_cutlass", "flashinfer_mxfp4", "flashinfer_cutedsl", "cutlass", "aiter", "marlin",
+		"humming", "experimental_sgl_marlin", "hpc_ops", "megamoe"}
+	moeA2A         = []string{"none", "deepep", "mooncake", "nixl", "mori", "ascend_fuseep", "flashinfer", "megamoe", "deepep_v2", "pplx", "ascend_tp"}
+	reasoningParse = []string{"auto", "apertus2509", "deepseek-r1", "deepseek-v3", "deepseek-v4", "glm45", "hunyuan", "gpt-oss", "kimi",
+		"kimi_k2", "kimi_k3", "mimo", "poolside_v1", "qwen3", "qwen3-thinking", "minimax", "minimax-append-think", "minimax-m3", "step3",
+		"step3p5", "mistral", "nemotron_3", "interns1", "gemma4", "inkling", "cohere_command4", "telechat4", "nano_v3"}
+	toolParsers = []string{"auto", "apertus2509", "cohere_command4", "deepseekv3", "deepseekv31", "deepseekv32", "deepseekv4", "dots",
+		"glm", "glm45", "glm47", "gpt-oss", "k2_horizon", "kimi_k2", "kimi_k3", "lfm2", "ling3", "llama3", "mimo", "minicpm5", "mistral",
+		"muse", "poolside_v1", "pythonic", "qwen", "qwen25", "qwen3_coder", "spark25", "step3", "step3p5", "minimax-m2", "minimax-m3",
+		"trinity", "interns1", "hermes", "hunyuan", "gigachat3", "gigachat35", "gemma4", "inkling"}
 	mambaStrategies = []string{"auto", "no_buffer", "extra_buffer", "extra_buffer_lazy"}
 	logLevels       = []string{"debug", "info", "warning", "error", "critical"}
+	graphBackends   = []string{"full", "breakable", "tc_piecewise", "disabled"}
+	dsaBackends     = []string{"flashmla_sparse", "flashmla_sparse_q8", "flashmla_kv", "flashmla_auto", "flashinfer_sparse_mla", "fa3", "tilelang", "aiter", "trtllm"}
+	linearBackends  = []string{"triton", "cutedsl", "flashinfer", "flashkda", "nvidia_kda", "ptx_kda", "helion", "intel_xpu"}
+	quantMethods    = []string{"awq", "fp8", "mxfp8", "gptq", "marlin", "gptq_marlin", "awq_marlin", "bitsandbytes", "gguf", "modelopt",
+		"modelopt_fp8", "modelopt_fp4", "nvfp4_online", "modelopt_mixed", "petit_nvfp4", "w8a8_int8", "w8a8_fp8", "moe_wna16", "w4afp8",
+		"mxfp4", "auto-round", "auto-round-int8", "compressed-tensors", "modelslim", "mxfp_w4a8", "quark", "quark_int4fp8_moe",
+		"quark_mxfp4", "mlx_q4", "mlx_q8", "unquant", "humming"}
+	loadFormats = []string{"auto", "pt", "safetensors", "npcache", "dummy", "sharded_state", "presharded", "gguf", "expert_pack",
+		"bitsandbytes", "mistral", "layered", "flash_rl", "remote", "remote_instance", "fastsafetensors", "private", "runai_streamer"}
 )
+
+// deprecatedAlias is the warning SGLang's DeprecatedAliasStoreAction and
+// DeprecatedStoreTrueAction log for a deprecated spelling.
+func deprecatedAlias(old, instead string) string {
+	return "'" + old + "' is deprecated and will be removed in a future release. Use '" + instead + "' instead."
+}
 
 // flagTable lists the flags the simulator accepts: every flag of the
 // reference table plus other common SGLang flags (so real launch commands,
@@ -73,11 +97,11 @@ var flagTable = []flagDef{
 	{dest: "mamba_radix_cache_strategy", names: []string{"--mamba-radix-cache-strategy", "--mamba-scheduler-strategy"}, choices: mambaStrategies},
 	{dest: "mamba_track_interval", names: []string{"--mamba-track-interval"}, kind: kInt},
 	{dest: "mamba_backend", names: []string{"--mamba-backend"}, choices: []string{"triton", "flashinfer"}},
-	{dest: "linear_attn_backend", names: []string{"--linear-attn-backend"}},
+	{dest: "linear_attn_backend", names: []string{"--linear-attn-backend"}, choices: linearBackends},
 	{dest: "disable_cuda_graph", names: []string{"--disable-cuda-graph"}, kind: kBool,
 		deprecated: "'--disable-cuda-graph' is deprecated and will be removed in a future release. Use '--cuda-graph-backend-decode=disabled --cuda-graph-backend-prefill=disabled' instead."},
-	{dest: "cuda_graph_backend_decode", names: []string{"--cuda-graph-backend-decode"}, choices: []string{"full", "piecewise", "disabled"}},
-	{dest: "cuda_graph_backend_prefill", names: []string{"--cuda-graph-backend-prefill"}, choices: []string{"full", "piecewise", "disabled"}},
+	{dest: "cuda_graph_backend_decode", names: []string{"--cuda-graph-backend-decode"}, choices: graphBackends},
+	{dest: "cuda_graph_backend_prefill", names: []string{"--cuda-graph-backend-prefill"}, choices: graphBackends},
 	{dest: "cuda_graph_max_bs_decode", names: []string{"--cuda-graph-max-bs-decode"}, kind: kInt},
 	{dest: "cuda_graph_max_bs_decode", names: []string{"--cuda-graph-max-bs"}, kind: kInt,
 		deprecated: "'--cuda-graph-max-bs' is deprecated and will be removed in a future release. Use '--cuda-graph-max-bs-decode' instead."},
@@ -99,12 +123,14 @@ var flagTable = []flagDef{
 	{dest: "attention_backend", names: []string{"--attention-backend"}, choices: attnBackends},
 	{dest: "prefill_attention_backend", names: []string{"--prefill-attention-backend"}, choices: attnBackends},
 	{dest: "decode_attention_backend", names: []string{"--decode-attention-backend"}, choices: attnBackends},
-	{dest: "dsa_prefill_backend", names: []string{"--dsa-prefill-backend"}},
-	{dest: "dsa_decode_backend", names: []string{"--dsa-decode-backend"}},
-	{dest: "fp8_gemm_backend", names: []string{"--fp8-gemm-backend"}},
+	{dest: "dsa_prefill_backend", names: []string{"--dsa-prefill-backend"}, choices: dsaBackends},
+	{dest: "dsa_prefill_backend", names: []string{"--nsa-prefill-backend"}, choices: dsaBackends, deprecated: deprecatedAlias("--nsa-prefill-backend", "--dsa-prefill-backend")},
+	{dest: "dsa_decode_backend", names: []string{"--dsa-decode-backend"}, choices: dsaBackends},
+	{dest: "dsa_decode_backend", names: []string{"--nsa-decode-backend"}, choices: dsaBackends, deprecated: deprecatedAlias("--nsa-decode-backend", "--dsa-decode-backend")},
+	{dest: "fp8_gemm_backend", names: []string{"--fp8-gemm-backend"}, choices: []string{"auto", "deep_gemm", "flashinfer_trtllm", "flashinfer_cutlass", "flashinfer_deepgemm", "flashinfer_cutedsl", "cutlass", "triton", "aiter"}},
 	{dest: "moe_runner_backend", names: []string{"--moe-runner-backend"}, choices: moeRunners},
 	{dest: "moe_a2a_backend", names: []string{"--moe-a2a-backend"}, choices: moeA2A},
-	{dest: "deepep_mode", names: []string{"--deepep-mode"}, choices: []string{"normal", "low_latency", "auto"}},
+	{dest: "deepep_mode", names: []string{"--deepep-mode"}, choices: []string{"auto", "normal", "low_latency"}},
 	{dest: "ep_num_redundant_experts", names: []string{"--ep-num-redundant-experts"}, kind: kInt},
 	{dest: "enable_eplb", names: []string{"--enable-eplb"}, kind: kBool},
 	{dest: "reasoning_parser", names: []string{"--reasoning-parser"}, choices: reasoningParse},
@@ -124,8 +150,8 @@ var flagTable = []flagDef{
 	{dest: "log_level_http", names: []string{"--log-level-http"}, choices: logLevels},
 	{dest: "log_requests", names: []string{"--log-requests"}, kind: kBool},
 	{dest: "dtype", names: []string{"--dtype"}, choices: []string{"auto", "half", "float16", "bfloat16", "float", "float32"}},
-	{dest: "quantization", names: []string{"--quantization"}},
-	{dest: "load_format", names: []string{"--load-format"}},
+	{dest: "quantization", names: []string{"--quantization"}, choices: quantMethods},
+	{dest: "load_format", names: []string{"--load-format"}, choices: loadFormats},
 	{dest: "download_dir", names: []string{"--download-dir"}},
 	{dest: "page_size", names: []string{"--page-size"}, kind: kInt},
 	// SGLang's argparse choices, as the bundled flag schema lists them
@@ -137,13 +163,115 @@ var flagTable = []flagDef{
 	{dest: "base_gpu_id", names: []string{"--base-gpu-id"}, kind: kInt},
 	{dest: "nnodes", names: []string{"--nnodes"}, kind: kInt},
 	{dest: "node_rank", names: []string{"--node-rank"}, kind: kInt},
-	{dest: "dist_init_addr", names: []string{"--dist-init-addr"}},
+	{dest: "dist_init_addr", names: []string{"--dist-init-addr", "--nccl-init-addr"}},
 	{dest: "grammar_backend", names: []string{"--grammar-backend"}, choices: []string{"xgrammar", "outlines", "llguidance", "none"}},
 	{dest: "decode_log_interval", names: []string{"--decode-log-interval"}, kind: kInt},
 	{dest: "disable_custom_all_reduce", names: []string{"--disable-custom-all-reduce"}, kind: kBool},
 	{dest: "enable_hierarchical_cache", names: []string{"--enable-hierarchical-cache"}, kind: kBool},
 	{dest: "skip_server_warmup", names: []string{"--skip-server-warmup"}, kind: kBool},
 	{dest: "json_model_override_args", names: []string{"--json-model-override-args"}},
+	// Tuning flags the bundled schema adds from server_args.py @001067ff.
+	{dest: "prefill_max_requests", names: []string{"--prefill-max-requests"}, kind: kInt},
+	{dest: "prefill_decode_interval", names: []string{"--prefill-decode-interval"}, kind: kInt},
+	{dest: "enable_dynamic_chunking", names: []string{"--enable-dynamic-chunking"}, kind: kBool},
+	{dest: "num_continuous_decode_steps", names: []string{"--num-continuous-decode-steps"}, kind: kInt},
+	{dest: "scheduler_recv_interval", names: []string{"--scheduler-recv-interval"}, kind: kInt},
+	{dest: "enable_priority_scheduling", names: []string{"--enable-priority-scheduling"}, kind: kBool},
+	{dest: "disable_priority_preemption", names: []string{"--disable-priority-preemption"}, kind: kBool},
+	{dest: "schedule_low_priority_values_first", names: []string{"--schedule-low-priority-values-first"}, kind: kBool},
+	{dest: "priority_scheduling_preemption_threshold", names: []string{"--priority-scheduling-preemption-threshold"}, kind: kInt},
+	{dest: "retraction_policy", names: []string{"--retraction-policy"}, choices: []string{"length", "priority"}},
+	{dest: "enable_prefill_delayer", names: []string{"--enable-prefill-delayer"}, kind: kBool},
+	{dest: "prefill_delayer_max_delay_passes", names: []string{"--prefill-delayer-max-delay-passes"}, kind: kInt},
+	{dest: "min_free_slots_delay", names: []string{"--min-free-slots-delay"}, kind: kInt},
+	{dest: "tokenizer_worker_num", names: []string{"--tokenizer-worker-num"}, kind: kInt},
+	{dest: "radix_eviction_policy", names: []string{"--radix-eviction-policy"}, choices: []string{"lru", "lfu", "slru", "priority"}},
+	{dest: "swa_full_tokens_ratio", names: []string{"--swa-full-tokens-ratio"}, kind: kFloat},
+	{dest: "disable_hybrid_swa_memory", names: []string{"--disable-hybrid-swa-memory"}, kind: kBool},
+	{dest: "disable_chunked_prefix_cache", names: []string{"--disable-chunked-prefix-cache"}, kind: kBool},
+	{dest: "enable_page_major_kv_layout", names: []string{"--enable-page-major-kv-layout"}, kind: kBool},
+	{dest: "enable_unified_memory", names: []string{"--enable-unified-memory"}, kind: kBool},
+	{dest: "cpu_offload_gb", names: []string{"--cpu-offload-gb"}, kind: kInt},
+	{dest: "hicache_ratio", names: []string{"--hicache-ratio"}, kind: kFloat},
+	{dest: "hicache_size", names: []string{"--hicache-size"}, kind: kInt},
+	{dest: "hicache_host_memory_mode", names: []string{"--hicache-host-memory-mode"}, choices: []string{"cache", "buffer_only"}},
+	{dest: "hicache_write_policy", names: []string{"--hicache-write-policy"}, choices: []string{"write_back", "write_through", "write_through_selective"}},
+	{dest: "hicache_io_backend", names: []string{"--hicache-io-backend"}, choices: []string{"direct", "kernel", "kernel_ascend"}},
+	{dest: "hicache_mem_layout", names: []string{"--hicache-mem-layout"}, choices: []string{"layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head"}},
+	{dest: "hicache_storage_backend", names: []string{"--hicache-storage-backend"}, choices: []string{"file", "sim", "mooncake", "hf3fs", "nixl", "aibrix", "dynamic", "eic", "simm", "mori", "shm", "kvcc"}},
+	{dest: "hicache_storage_prefetch_policy", names: []string{"--hicache-storage-prefetch-policy"}, choices: []string{"best_effort", "wait_complete", "timeout"}},
+	{dest: "hicache_storage_backend_extra_config", names: []string{"--hicache-storage-backend-extra-config"}},
+	{dest: "dcp_size", names: []string{"--dcp-size", "--decode-context-parallel-size"}, kind: kInt},
+	{dest: "dcp_comm_backend", names: []string{"--dcp-comm-backend"}, choices: []string{"ag_rs", "a2a", "fi_a2a"}},
+	{dest: "attn_cp_size", names: []string{"--attn-cp-size", "--attention-context-parallel-size"}, kind: kInt},
+	{dest: "moe_dp_size", names: []string{"--moe-dp-size", "--moe-data-parallel-size"}, kind: kInt},
+	{dest: "moe_dense_tp_size", names: []string{"--moe-dense-tp-size"}, kind: kInt},
+	{dest: "enable_prefill_cp", names: []string{"--enable-prefill-cp"}, kind: kBool},
+	{dest: "cp_strategy", names: []string{"--cp-strategy"}, choices: []string{"zigzag", "interleave"}},
+	{dest: "pp_max_micro_batch_size", names: []string{"--pp-max-micro-batch-size"}, kind: kInt},
+	{dest: "pp_async_batch_depth", names: []string{"--pp-async-batch-depth"}, kind: kInt},
+	{dest: "load_balance_method", names: []string{"--load-balance-method"}, choices: []string{"auto", "round_robin", "follow_bootstrap_room", "total_requests", "total_tokens"}},
+	{dest: "enable_dp_lm_head", names: []string{"--enable-dp-lm-head"}, kind: kBool},
+	{dest: "cuda_graph_config", names: []string{"--cuda-graph-config"}},
+	{dest: "cuda_graph_max_bs_prefill", names: []string{"--cuda-graph-max-bs-prefill"}, kind: kInt},
+	{dest: "cuda_graph_max_bs_prefill", names: []string{"--piecewise-cuda-graph-max-tokens"}, kind: kInt,
+		deprecated: deprecatedAlias("--piecewise-cuda-graph-max-tokens", "--cuda-graph-max-bs-prefill")},
+	{dest: "cuda_graph_bs_prefill", names: []string{"--cuda-graph-bs-prefill"}, kind: kIntsN},
+	{dest: "cuda_graph_bs_prefill", names: []string{"--piecewise-cuda-graph-tokens"}, kind: kIntsN,
+		deprecated: deprecatedAlias("--piecewise-cuda-graph-tokens", "--cuda-graph-bs-prefill")},
+	{dest: "cuda_graph_tc_compiler", names: []string{"--cuda-graph-tc-compiler"}, choices: []string{"eager", "inductor"}},
+	{dest: "cuda_graph_tc_compiler", names: []string{"--piecewise-cuda-graph-compiler"}, choices: []string{"eager", "inductor"},
+		deprecated: deprecatedAlias("--piecewise-cuda-graph-compiler", "--cuda-graph-tc-compiler")},
+	{dest: "disable_prefill_cuda_graph", names: []string{"--disable-prefill-cuda-graph"}, kind: kBool},
+	{dest: "disable_decode_cuda_graph", names: []string{"--disable-decode-cuda-graph"}, kind: kBool},
+	{dest: "disable_cuda_graph_padding", names: []string{"--disable-cuda-graph-padding"}, kind: kBool},
+	// SGLang stores these three into cuda_graph_backend_prefill; the
+	// simulator does not model prefill graphs, so they keep their own dest.
+	{dest: "enable_breakable_cuda_graph", names: []string{"--enable-breakable-cuda-graph"}, kind: kBool,
+		deprecated: deprecatedAlias("--enable-breakable-cuda-graph", "--cuda-graph-backend-prefill=breakable")},
+	{dest: "disable_piecewise_cuda_graph", names: []string{"--disable-piecewise-cuda-graph"}, kind: kBool,
+		deprecated: deprecatedAlias("--disable-piecewise-cuda-graph", "--cuda-graph-backend-prefill=disabled")},
+	{dest: "enforce_piecewise_cuda_graph", names: []string{"--enforce-piecewise-cuda-graph"}, kind: kBool,
+		deprecated: deprecatedAlias("--enforce-piecewise-cuda-graph", "--cuda-graph-backend-prefill=tc_piecewise")},
+	{dest: "torch_compile_max_bs", names: []string{"--torch-compile-max-bs"}, kind: kInt},
+	{dest: "sampling_backend", names: []string{"--sampling-backend"}, choices: []string{"flashinfer", "pytorch", "ascend", "token_oracle"}},
+	{dest: "fp4_gemm_backend", names: []string{"--fp4-gemm-backend"}, choices: []string{"auto", "flashinfer_cudnn", "flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_trtllm", "marlin"}},
+	{dest: "bf16_gemm_backend", names: []string{"--bf16-gemm-backend"}, choices: []string{"auto", "cutedsl", "gemv", "torch"}},
+	{dest: "linear_attn_decode_backend", names: []string{"--linear-attn-decode-backend"}, choices: linearBackends},
+	{dest: "linear_attn_prefill_backend", names: []string{"--linear-attn-prefill-backend"}, choices: linearBackends},
+	{dest: "triton_attention_num_kv_splits", names: []string{"--triton-attention-num-kv-splits"}, kind: kInt},
+	{dest: "disable_flashinfer_autotune", names: []string{"--disable-flashinfer-autotune"}, kind: kBool},
+	{dest: "enable_tf32_matmul", names: []string{"--enable-tf32-matmul"}, kind: kBool},
+	{dest: "enable_nccl_nvls", names: []string{"--enable-nccl-nvls"}, kind: kBool},
+	{dest: "enable_symm_mem", names: []string{"--enable-symm-mem"}, kind: kBool},
+	{dest: "enable_torch_symm_mem", names: []string{"--enable-torch-symm-mem"}, kind: kBool},
+	{dest: "enable_mscclpp", names: []string{"--enable-mscclpp"}, kind: kBool},
+	{dest: "flashinfer_allreduce_fusion_backend", names: []string{"--flashinfer-allreduce-fusion-backend"}, choices: []string{"auto", "trtllm", "mnnvl"}},
+	{dest: "enable_flashinfer_allreduce_fusion", names: []string{"--enable-flashinfer-allreduce-fusion"}, kind: kBool},
+	{dest: "enable_deterministic_inference", names: []string{"--enable-deterministic-inference"}, kind: kBool},
+	{dest: "deepep_v2_mode", names: []string{"--deepep-v2-mode"}, choices: []string{"direct", "hybrid"}},
+	{dest: "ep_dispatch_algorithm", names: []string{"--ep-dispatch-algorithm"}, choices: []string{"static", "dynamic", "fake", "lp"}},
+	{dest: "eplb_rebalance_num_iterations", names: []string{"--eplb-rebalance-num-iterations"}, kind: kInt},
+	{dest: "disable_shared_experts_fusion", names: []string{"--disable-shared-experts-fusion"}, kind: kBool},
+	{dest: "enable_single_batch_overlap", names: []string{"--enable-single-batch-overlap"}, kind: kBool},
+	{dest: "tbo_token_distribution_threshold", names: []string{"--tbo-token-distribution-threshold"}, kind: kFloat},
+	{dest: "speculative_moe_runner_backend", names: []string{"--speculative-moe-runner-backend"}, choices: moeRunners},
+	{dest: "speculative_moe_a2a_backend", names: []string{"--speculative-moe-a2a-backend"}, choices: moeA2A},
+	{dest: "speculative_draft_model_quantization", names: []string{"--speculative-draft-model-quantization"}, choices: quantMethods},
+	{dest: "speculative_draft_kv_cache_dtype", names: []string{"--speculative-draft-kv-cache-dtype"}, choices: []string{"auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16"}},
+	{dest: "speculative_accept_threshold_single", names: []string{"--speculative-accept-threshold-single"}, kind: kFloat},
+	{dest: "speculative_accept_threshold_acc", names: []string{"--speculative-accept-threshold-acc"}, kind: kFloat},
+	{dest: "enable_multi_layer_eagle", names: []string{"--enable-multi-layer-eagle"}, kind: kBool},
+	{dest: "speculative_adaptive", names: []string{"--speculative-adaptive"}, kind: kBool},
+	{dest: "enable_lora", names: []string{"--enable-lora"}, kind: kBool},
+	{dest: "max_lora_rank", names: []string{"--max-lora-rank"}, kind: kInt},
+	{dest: "max_loras_per_batch", names: []string{"--max-loras-per-batch"}, kind: kInt},
+	{dest: "max_loaded_loras", names: []string{"--max-loaded-loras"}, kind: kInt},
+	{dest: "lora_backend", names: []string{"--lora-backend"}, choices: []string{"triton", "csgmv", "ascend", "torch_native"}},
+	{dest: "disaggregation_mode", names: []string{"--disaggregation-mode"}, choices: []string{"null", "prefill", "decode"}},
+	{dest: "disaggregation_transfer_backend", names: []string{"--disaggregation-transfer-backend"}, choices: []string{"mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp"}},
+	{dest: "num_reserved_decode_tokens", names: []string{"--num-reserved-decode-tokens"}, kind: kInt},
+	{dest: "disaggregation_decode_enable_radix_cache", names: []string{"--disaggregation-decode-enable-radix-cache"}, kind: kBool},
 	// Simulator-only flags.
 	{dest: "sim_engine", names: []string{"--sim-engine"}, choices: []string{"sglang", "vllm"}},
 	{dest: "sim_profile", names: []string{"--sim-profile"}},

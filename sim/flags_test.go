@@ -131,6 +131,25 @@ func TestSchemaChoicesAccepted(t *testing.T) {
 	}
 }
 
+// TestSchemaFlagsKnown: every flag name and alias the bundled SGLang
+// schema accepts is an option of the simulator's parser too, so a study
+// that sgtune check passes is not refused by the simulator as an
+// unrecognized argument.
+func TestSchemaFlagsKnown(t *testing.T) {
+	s, _, err := engine.SGLang.Schema("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := optionStrings()
+	for _, f := range s.Flags {
+		for _, n := range append([]string{f.Name}, f.Aliases...) {
+			if _, ok := opts[n]; !ok {
+				t.Errorf("%s: the schema knows it, the simulator does not", n)
+			}
+		}
+	}
+}
+
 // TestProfileHint: a launch whose weights do not fit the profile's GPUs (a
 // study of a smaller model on fewer GPUs, run on the default profile) says
 // which model the profile simulates and how to simulate another; --help
