@@ -78,8 +78,10 @@ type Engine struct {
 	// HealthPath answers 200 once the engine can serve (polled after the
 	// ready line, when the engine has one).
 	HealthPath string
-	// ReadyLine, when not empty, is logged once the engine is ready;
-	// readiness then also needs HealthPath to answer 200.
+	// ReadyLine, when not empty, is (part of) the line logged once the
+	// engine is ready; the engine's log parser recognizes the line (its
+	// wording may differ by build) and readiness then also needs
+	// HealthPath to answer 200.
 	ReadyLine string
 	// MetricsFlag turns on /metrics ("" when the engine always serves it).
 	MetricsFlag string

@@ -33,12 +33,16 @@ var LlamaCpp = &Engine{
 	// logged at verbosity 4 only.
 	LaunchFlags: []string{"--metrics", "--verbosity", "4"},
 	// doc §2 Other inputs: every option also reads LLAMA_ARG_* (applied
-	// before the command line), and the API key LLAMA_API_KEY.
-	ClearEnv: []string{"LLAMA_ARG_*", "LLAMA_API_KEY"},
+	// before the command line), and the API key LLAMA_API_KEY. Builds
+	// before the log options' LLAMA_ARG_LOG_* names read LLAMA_LOG_COLORS,
+	// LLAMA_LOG_VERBOSITY, LLAMA_LOG_PREFIX and LLAMA_LOG_TIMESTAMPS
+	// (common/arg.cpp set_env): a verbosity below 4 hides the startup facts.
+	ClearEnv: []string{"LLAMA_ARG_*", "LLAMA_API_KEY", "LLAMA_LOG_*"},
 	// doc §3: /health is 503 while the model loads, 200 once ready.
 	HealthPath: "/health",
-	// doc §3: logged only after the model loaded (server.cpp:515).
-	ReadyLine:   "llama_server: listening on ",
+	// doc §3: logged only after the model loaded; its wording differs by
+	// build (reLlamaReady), "listening on " is in every form.
+	ReadyLine:   "listening on ",
 	MetricsFlag: "--metrics",
 	// doc §5: counters, never the *_seconds rate gauges (reset by every
 	// scrape); requests_deferred is a gauge.
@@ -79,6 +83,14 @@ var (
 	reLlamaSystem  = regexp.MustCompile(`system_info: n_threads = (\d+)(?: \(n_threads_batch = (\d+)\))? / (\d+)`)
 	reLlamaPool    = regexp.MustCompile(`llama threadpool init, n_threads = (\d+)`)
 	reLlamaFA      = regexp.MustCompile(`resolve_fused_ops: Flash Attention (enabled|disabled)`)
+	// reLlamaReady is the line logged once the model loaded (doc §3):
+	// "llama_server: listening on URL" (tools/server/server.cpp:515 of the
+	// v0.4.0 tree, 80fb11a), "llama_server: server is listening on URL"
+	// (later tools/server/server.cpp) and "main: server is listening on URL
+	// - starting the main loop" (examples/server/server.cpp builds). Not
+	// "router server is listening on" (router mode, no model) nor the older
+	// builds' "HTTP server is listening, hostname: ..." (before the load).
+	reLlamaReady = regexp.MustCompile(`\b(?:llama_server|main): (?:server is )?listening on `)
 )
 
 // llamaLog parses llama-server's startup log.
@@ -94,7 +106,7 @@ func (p *llamaLog) Ready() bool  { return p.ready }
 func (p *llamaLog) Line(line string) {
 	line = LastFrame(line)
 	switch {
-	case strings.Contains(line, LlamaCpp.ReadyLine):
+	case reLlamaReady.MatchString(line):
 		p.ready = true
 	case strings.Contains(line, "load_model: initializing"):
 		if m := reLlamaSlots.FindStringSubmatch(line); m != nil && !p.slots {

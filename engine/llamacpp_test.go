@@ -48,6 +48,16 @@ func TestLlamaLogFacts(t *testing.T) {
 			Facts{MaxTotalNumTokens: 3072}, false},
 		{"runtime lines are not facts", "0.01.000.000 I slot launch_slot_: id  0 | task 3 | processing task, n_ctx_slot = 512\n" +
 			"0.01.000.100 W srv  llama_server: listening is not what this says\n", Facts{}, false},
+		// Later tools/server/server.cpp: SRV_INF("server is listening on %s\n").
+		{"ready line, later builds", "0.00.210.713 I srv  llama_server: server is listening on http://127.0.0.1:18431\n", Facts{}, true},
+		// examples/server/server.cpp builds: LOG_INF("%s: server is listening
+		// on http://%s:%d - starting the main loop\n", __func__, ...) in main.
+		{"ready line, examples/server builds", "main: server is listening on http://127.0.0.1:8080 - starting the main loop\n", Facts{}, true},
+		// The same builds log this before the model loads: not ready.
+		{"examples/server builds before the load", "main: HTTP server is listening, hostname: 127.0.0.1, port: 8080, http threads: 3\n" +
+			"main: loading model\n", Facts{}, false},
+		// Router mode (no -m) serves no model: not ready.
+		{"router mode", "0.00.010.000 I srv  llama_server: router server is listening on http://127.0.0.1:8080\n", Facts{}, false},
 		{"huge values do not wrap", "load_model: initializing, n_slots = 99999999999999999999999, n_ctx_slot = 256\n",
 			Facts{ContextLen: 256}, false},
 	}
@@ -287,10 +297,20 @@ func TestLlamaEngineFields(t *testing.T) {
 	if err != nil || e != LlamaCpp {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]bool{"LLAMA_ARG_THREADS": true, "LLAMA_ARG_N_PARALLEL": true, "LLAMA_API_KEY": true,
-		"LLAMA_API_KEYS": false, "LLAMA_MODEL": false, "PATH": false} {
-		if got := e.Cleared(name); got != want {
-			t.Errorf("Cleared(%s) = %v", name, got)
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"LLAMA_ARG_THREADS", true}, {"LLAMA_ARG_N_PARALLEL", true}, {"LLAMA_API_KEY", true},
+		// The log options' variables: LLAMA_ARG_LOG_* in the v0.4.0 tree,
+		// LLAMA_LOG_* in builds before it (common/arg.cpp set_env).
+		{"LLAMA_ARG_LOG_VERBOSITY", true}, {"LLAMA_ARG_LOG_FILE", true},
+		{"LLAMA_LOG_VERBOSITY", true}, {"LLAMA_LOG_COLORS", true}, {"LLAMA_LOG_PREFIX", true},
+		{"LLAMA_LOG_TIMESTAMPS", true}, {"LLAMA_LOG_FILE", true},
+		{"LLAMA_API_KEYS", false}, {"LLAMA_MODEL", false}, {"LLAMA_LOGGER", false}, {"LLAMA_CACHE", false}, {"PATH", false},
+	} {
+		if got := e.Cleared(tc.name); got != tc.want {
+			t.Errorf("Cleared(%s) = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 	s, _, _ := e.Schema("")
@@ -310,7 +330,7 @@ func TestLlamaEngineFields(t *testing.T) {
 			t.Errorf("launch flag %s is not owned by the launcher", a.Name)
 		}
 	}
-	if SGLang.Cleared("LLAMA_ARG_THREADS") {
+	if SGLang.Cleared("LLAMA_ARG_THREADS") || SGLang.Cleared("LLAMA_LOG_VERBOSITY") {
 		t.Error("SGLang clears llama.cpp's variables")
 	}
 }
@@ -323,6 +343,9 @@ func FuzzLlamaLog(f *testing.F) {
 	}
 	f.Add("load_model: initializing, n_slots = , n_ctx_slot = 1")
 	f.Add("llama_context: n_ctx = 99999999999999999999")
+	f.Add("0.00.210.713 I srv  llama_server: server is listening on http://127.0.0.1:18431")
+	f.Add("main: server is listening on http://127.0.0.1:8080 - starting the main loop")
+	f.Add("0.00.010.000 I srv  llama_server: router server is listening on http://127.0.0.1:8080")
 	f.Fuzz(func(t *testing.T, line string) {
 		p := LlamaCpp.NewLogParser()
 		p.Line(line)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -620,5 +621,41 @@ func TestAbortDuringStop(t *testing.T) {
 	}
 	if log, _ := os.ReadFile(spec.LogPath); !strings.Contains(string(log), "aborted; sending SIGKILL") {
 		t.Errorf("log lacks the abort:\n%s", log)
+	}
+}
+
+// TestEnvClearsEngineVariables: the child's environment drops what the
+// engine reads behind its command line (llama.cpp's LLAMA_ARG_*,
+// LLAMA_API_KEY and LLAMA_LOG_*), keeps the rest, and Spec.Env still
+// reaches the child.
+func TestEnvClearsEngineVariables(t *testing.T) {
+	for _, kv := range []string{"LLAMA_ARG_N_PARALLEL=7", "LLAMA_API_KEY=k", "LLAMA_LOG_VERBOSITY=1", "LLAMA_LOG_FILE=/tmp/x.log",
+		"LLAMA_LOG_COLORS=1", "LLAMA_LOG_PREFIX=1", "LLAMA_LOG_TIMESTAMPS=1", "SGTUNE_KEPT=1"} {
+		name, val, _ := strings.Cut(kv, "=")
+		t.Setenv(name, val)
+	}
+	s := &Server{spec: Spec{Engine: engine.LlamaCpp, Env: []string{"LLAMA_LOG_VERBOSITY=4"}}}
+	env := s.env()
+	got := map[string][]string{}
+	for _, kv := range env {
+		name, val, _ := strings.Cut(kv, "=")
+		got[name] = append(got[name], val)
+	}
+	for _, name := range []string{"LLAMA_ARG_N_PARALLEL", "LLAMA_API_KEY", "LLAMA_LOG_FILE", "LLAMA_LOG_COLORS", "LLAMA_LOG_PREFIX", "LLAMA_LOG_TIMESTAMPS"} {
+		if v, ok := got[name]; ok {
+			t.Errorf("%s=%v inherited", name, v)
+		}
+	}
+	// Only the spec's own value, not the inherited one.
+	if v := got["LLAMA_LOG_VERBOSITY"]; len(v) != 1 || v[0] != "4" {
+		t.Errorf("LLAMA_LOG_VERBOSITY = %v, want only the spec's 4", v)
+	}
+	if v := got["SGTUNE_KEPT"]; len(v) != 1 {
+		t.Errorf("SGTUNE_KEPT = %v, want it inherited", v)
+	}
+	// SGLang clears none of llama.cpp's variables.
+	s = &Server{spec: Spec{Engine: engine.SGLang}}
+	if !slices.Contains(s.env(), "LLAMA_LOG_VERBOSITY=1") {
+		t.Error("an SGLang child lost LLAMA_LOG_VERBOSITY")
 	}
 }
