@@ -189,6 +189,7 @@ script.`,
 		a.checkCmd(),
 		a.benchCmd(),
 		a.rescoreCmd(),
+		a.schemaCmd(),
 	)
 	return root
 }
