@@ -62,6 +62,8 @@ func withSchema(t *testing.T, dir, study, schema string, edit func(string) strin
 func TestSchemaFromSavedHelp(t *testing.T) {
 	for _, c := range savedHelp {
 		t.Run(c.engine, func(t *testing.T) {
+			// llama-cpu.yaml reads its model path from the environment.
+			t.Setenv("LLAMA_MODEL", filepath.Join(t.TempDir(), "model.gguf"))
 			helpPath := filepath.Join("..", "..", "testdata", "help", c.help)
 			code, out, errs := runSchema(t, "--engine", c.engine, "--engine-version", c.version, "--from-help", helpPath)
 			if code != exitOK {
@@ -197,6 +199,61 @@ func TestSchemaCheckClosedList(t *testing.T) {
 		if code != exitUsage || !strings.Contains(out, c.want) {
 			t.Errorf("%s %s: exit %d, want 2 and %q:\n%s", flagName, c.value, code, c.want, out)
 		}
+	}
+}
+
+// llamaServer returns the llama-server binary the tests run: $LLAMA_SERVER,
+// else the one `make llama-server` caches (the launcher's tests look in
+// the same places); it skips the test when there is none.
+func llamaServer(t *testing.T) string {
+	t.Helper()
+	server := os.Getenv("LLAMA_SERVER")
+	if server == "" {
+		cache := os.Getenv("SGTUNE_CACHE")
+		if cache == "" {
+			home, _ := os.UserHomeDir()
+			cache = filepath.Join(home, ".cache", "sgtune")
+		}
+		server = filepath.Join(cache, "llama-3.21.1", "llama.cpp", "build", "bin", "llama-server")
+	}
+	if _, err := os.Stat(server); err != nil {
+		t.Skipf("no llama-server binary (%v): set LLAMA_SERVER or run `make llama-server` (about 10 minutes once; cached outside the repo)", err)
+	}
+	return server
+}
+
+// TestSchemaRealLlamaServer: the schema of this machine's real
+// llama-server, read by running `llama-server --help`, loads and has the
+// flags the llama.cpp studies search, with their short spellings, and
+// passes check for llama-cpu.yaml.
+func TestSchemaRealLlamaServer(t *testing.T) {
+	server := llamaServer(t)
+	dir := t.TempDir()
+	schemaPath := filepath.Join(dir, "llama.yaml")
+	code, _, errs := runSchema(t, "--engine", "llamacpp", "-o", schemaPath, "--", server, "--help")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	s, err := engine.LoadSchemaFile(schemaPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for short, long := range map[string]string{"-c": "--ctx-size", "-np": "--parallel", "-t": "--threads", "-m": "--model", "-cb": "--cont-batching"} {
+		f, ok := s.Lookup(short)
+		if !ok || f.Name != long {
+			t.Errorf("%s: %+v, want the flag %s", short, f, long)
+		}
+	}
+	if f, _ := s.Lookup("--ctx-size"); f != nil && f.Type != "int" {
+		t.Errorf("--ctx-size is a %s", f.Type)
+	}
+	if !s.IsNegation("--no-cont-batching") || s.Inline() {
+		t.Error("--no-cont-batching is a negation, and llama.cpp reads no --flag=value")
+	}
+	t.Setenv("LLAMA_MODEL", filepath.Join(dir, "model.gguf"))
+	code, out := runCheck(t, withSchema(t, dir, "llama-cpu.yaml", schemaPath, nil))
+	if code != exitOK {
+		t.Fatalf("check: exit %d\n%s", code, out)
 	}
 }
 
