@@ -8,7 +8,8 @@
 # Builds the test image locally: the simulator as a static binary, imported
 # with `docker import` (no registry is reachable).
 #
-# Then testdata/studies/container-sim.yaml (two GPU groups, trials side by
+# Then the launcher's container tests run against the daemon, and
+# testdata/studies/container-sim.yaml (two GPU groups, trials side by
 # side) runs; sgtune run is killed with kill -9 while a trial's container
 # runs, and run again to the end. A sampler lists the study's running
 # containers every 0.2 s throughout. The last line is the summary:
@@ -145,6 +146,12 @@ else
     case ",${gs[1]}," in *",$g,"*) disjoint=no ;; esac
   done
 fi
+
+# The launcher's own container tests against this daemon: start and stop,
+# a container the OOM killer ends (classified oom), an abort mid-startup.
+(cd "$ROOT" && go test -count=1 -run 'TestContainer' ./launcher) >"$OUT/launcher-tests.log" 2>&1 || {
+  log "launcher container tests failed:"; tail -30 "$OUT/launcher-tests.log" >&2; exit 1; }
+grep -E '^(ok|---)' "$OUT/launcher-tests.log" >&2 || true
 
 # A study naming an image the daemon lacks: refused before any launch.
 sed "s#image: $IMAGE#image: sgtune-sim:no-such-tag#" "$STUDY" >"$OUT/missing-image.yaml"

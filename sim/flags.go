@@ -278,6 +278,7 @@ var flagTable = []flagDef{
 	{dest: "sim_speedup", names: []string{"--sim-speedup"}, kind: kFloat},
 	{dest: "sim_overhead_ms", names: []string{"--sim-overhead-ms"}, kind: kFloat},
 	{dest: "sim_gather_ms", names: []string{"--sim-gather-ms"}, kind: kFloat},
+	{dest: "sim_host_memory_mb", names: []string{"--sim-host-memory-mb"}, kind: kInt},
 }
 
 // ParseError is an argparse-style usage error; the process should print
@@ -306,7 +307,10 @@ func SimHelp() string {
 		"                           A study of another model or GPU count needs a profile FILE of its own\n" +
 		"                           (weights_gb, gpu_mem_gb, kv_tokens_per_gb, decode_step_ms, ...): see docs/simulator.md.\n" +
 		"  --sim-speedup X          simulated time runs X times faster than the modelled GPUs (default 1)\n" +
-		"  --sim-engine sglang|vllm the interface spoken (default sglang)\n"
+		"  --sim-engine sglang|vllm the interface spoken (default sglang)\n" +
+		"  --sim-host-memory-mb N   host memory the server holds from startup on, in MiB (default 0): the host-side\n" +
+		"                           buffers a real server keeps (a weight copy while loading, a host KV cache);\n" +
+		"                           under a memory limit below it the kernel's OOM killer ends the server\n"
 }
 
 // Args is a parsed command line: dest -> value (string, int, float64, bool,

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -73,8 +74,30 @@ func Main(ctx context.Context, argv []string, stdout, stderr io.Writer, opt Opti
 		fmt.Fprintf(stderr, "sim profile %s: %v\n", prof.Name, err)
 		return ExitUsage
 	}
+	mb := a.Int("sim_host_memory_mb", 0)
+	if mb < 0 {
+		fmt.Fprint(stderr, d.usage())
+		fmt.Fprintf(stderr, "%s: error: argument --sim-host-memory-mb: must be >= 0\n", d.prog)
+		return ExitUsage
+	}
+	held := holdHostMemory(mb)
+	defer runtime.KeepAlive(held)
 	st := &startup{ctx: ctx, log: log, speed: speed, p: prof, pl: pl, a: a, rules: rules, fast: opt.NoStartupDelay}
 	return d.run(st, opt)
+}
+
+// holdHostMemory allocates mb MiB and writes every page, so that the
+// memory is resident (counted against a container's limit), not merely
+// reserved.
+func holdHostMemory(mb int) []byte {
+	if mb == 0 {
+		return nil
+	}
+	b := make([]byte, mb<<20)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+	return b
 }
 
 // dialect is the engine the simulator speaks (--sim-engine): its program

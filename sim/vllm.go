@@ -110,6 +110,7 @@ var vllmFlags = []vllmFlag{
 	{dest: "sim_speedup", names: []string{"--sim-speedup"}, kind: kFloat},
 	{dest: "sim_overhead_ms", names: []string{"--sim-overhead-ms"}, kind: kFloat},
 	{dest: "sim_gather_ms", names: []string{"--sim-gather-ms"}, kind: kFloat},
+	{dest: "sim_host_memory_mb", names: []string{"--sim-host-memory-mb"}, kind: kInt},
 }
 
 // VLLMUsage is vLLM's short usage line (entrypoints/cli/serve.py).
