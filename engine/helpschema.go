@@ -124,11 +124,37 @@ func ParseArgparseHelp(help []byte) ([]HelpFlag, error) {
 	return out, nil
 }
 
+// splitSpellings splits an invocation at the ", " between spellings,
+// not at those inside a placeholder's brackets: vLLM's placeholder for a
+// Literal field that also takes any string is the Python list of the
+// values, "--model-impl ['auto', 'terratorch', 'transformers', 'vllm']".
+func splitSpellings(inv string) []string {
+	var parts []string
+	depth, start := 0, 0
+	for i := 0; i < len(inv); i++ {
+		switch inv[i] {
+		case '[', '{':
+			depth++
+		case ']', '}':
+			depth--
+		case ',':
+			if depth == 0 && strings.HasPrefix(inv[i:], ", ") {
+				parts = append(parts, inv[start:i])
+				start = i + 2
+			}
+		}
+	}
+	return append(parts, inv[start:])
+}
+
+// pyListRE is a Python list of strings as a placeholder: ['a', 'b'].
+var pyListRE = regexp.MustCompile(`^\['[^']*'(, '[^']*')*\]$`)
+
 // argparseRow reads one row's invocation: spellings joined by ", ", each
 // followed by the same placeholder when the option takes a value.
 func argparseRow(r helpRow) (HelpFlag, error) {
 	f := HelpFlag{Line: r.line, Default: statedDefault(r.text, true)}
-	for _, part := range strings.Split(r.invocation, ", ") {
+	for _, part := range splitSpellings(r.invocation) {
 		name, metavar, _ := strings.Cut(part, " ")
 		if !spellingRE.MatchString(name) {
 			return f, &HelpError{Line: r.line, Msg: fmt.Sprintf("%q is not an option spelling (-x or --name) in %q", name, r.invocation)}
@@ -151,6 +177,10 @@ func (f *HelpFlag) readMetavar() error {
 	m := f.Metavar
 	switch {
 	case m == "":
+		return nil
+	case pyListRE.MatchString(m):
+		// vLLM lists the usual values of an option that takes any string
+		// (a Literal or str field): one value, not a closed list.
 		return nil
 	case strings.HasSuffix(m, " ...]"):
 		f.Nargs = "+"

@@ -64,6 +64,28 @@ func TestParseArgparseHelp(t *testing.T) {
 	}
 }
 
+// TestParseArgparsePyListMetavar: vLLM (v0.11.1) prints a Literal field
+// that also takes any string with the Python list of its values as the
+// placeholder; its ", " are not spelling separators and the list is open.
+func TestParseArgparsePyListMetavar(t *testing.T) {
+	help := "options:\n" +
+		"  --model-impl ['auto', 'terratorch', 'transformers', 'vllm']\n" +
+		"                        Which implementation of the model to use. (default: auto)\n" +
+		"  --backend, -b ['mp', 'ray']\n" +
+		"                        Backend. (default: None)\n"
+	rows, err := ParseArgparseHelp([]byte(help))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []HelpFlag{
+		{Spellings: []string{"--model-impl"}, Metavar: "['auto', 'terratorch', 'transformers', 'vllm']", Default: "auto", Line: 2},
+		{Spellings: []string{"--backend", "-b"}, Metavar: "['mp', 'ray']", Default: "None", Line: 4},
+	}
+	if !reflect.DeepEqual(rows, want) {
+		t.Errorf("rows:\n got %+v\nwant %+v", rows, want)
+	}
+}
+
 func TestSchemaFromArgparseHelp(t *testing.T) {
 	rows, err := ParseArgparseHelp([]byte(argparseSample))
 	if err != nil {
