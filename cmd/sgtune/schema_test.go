@@ -23,6 +23,8 @@ var savedHelp = []struct {
 }{
 	{"sglang", "v0.5.6.post2", "sglang-v0.5.6.post2.txt", "demo.yaml",
 		[]string{"--model-path", "--model", "--tp-size", "--tensor-parallel-size", "--kv-cache-dtype", "--moe-a2a-backend", "--host", "--port"}},
+	{"vllm", "v0.11.1", "vllm-v0.11.1.txt", "vllm-sim.yaml",
+		[]string{"--model", "--tensor-parallel-size", "-tp", "--data-parallel-size", "--enable-expert-parallel", "--enable-prefix-caching", "--no-enable-prefix-caching", "--gpu-memory-utilization", "--max-num-batched-tokens", "--speculative-config", "--async-scheduling", "--kv-cache-dtype", "--host", "--port"}},
 	{"llamacpp", "v0.4.0", "llamacpp-v0.4.0.txt", "llama-cpu.yaml",
 		[]string{"--model", "-m", "--ctx-size", "-c", "--parallel", "-np", "--threads", "-t", "--cont-batching", "--no-cont-batching", "--host", "--port", "--metrics"}},
 }
