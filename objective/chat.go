@@ -23,6 +23,13 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 			return err
 		}
 	}
+	var src *source
+	if spec.Source != nil {
+		var err error
+		if src, err = newSource(spec); err != nil {
+			return err
+		}
+	}
 	if w.Quality.Enabled {
 		if err := runGate(ctx, c, model, w, opt, res, "before"); err != nil {
 			return err
@@ -69,7 +76,16 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 	// Synthetic prompts depend on the level and repeat alone: their bodies
 	// are memoised across trials (a search sends the same ones to every
 	// config); prompts from a file are read in order and are not.
+	// sent holds the prompt prefixes sent so far, for the share a perfect
+	// prefix cache could reuse (PrefixReuse); warm-ups count, as they fill
+	// the server's cache too.
+	sent := map[uint64]bool{}
+	var lastReqs []ChatRequest
 	synth := func(level, repeat, n, maxTokens int) ([][]byte, error) {
+		if src != nil {
+			lastReqs = src.requests(level, repeat, n)
+			return sourceBodies(model, lastReqs, maxTokens, spec)
+		}
 		if file != nil {
 			return bodiesFor(prompts(level, repeat, n), maxTokens)
 		}
@@ -93,6 +109,9 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 			bodies, err := synth(conc, -wave, min(conc, n), spec.MaxTokens)
 			if err != nil {
 				return "", err
+			}
+			if src != nil {
+				PrefixReuse(lastReqs, sent)
 			}
 			b, err := c.closedLoop(ctx, bodies, conc, hang, false)
 			p, recs := b.point("warmup", conc, 0, 0)
@@ -136,9 +155,16 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 			if err != nil {
 				return err
 			}
+			reusable, words := 0, 0
+			if src != nil {
+				reusable, words = PrefixReuse(lastReqs, sent)
+			}
 			probe := c.startTokenProbe(ctx)
 			b, err := c.closedLoop(ctx, bodies, conc, hang, false)
 			p, recs := b.point("", conc, r, 0)
+			if words > 0 {
+				p.PrefixReusable = float64(reusable) / float64(words)
+			}
 			if p.State != StateInterrupted {
 				p.checkTokens(probe.finish(ctx, c, p.OutputTokens))
 			}
@@ -413,6 +439,12 @@ func progressLine(p Point, repeats int) string {
 			extra += ", tokens = server counter"
 		case CheckFailed:
 			extra += ", TOKEN MISMATCH: " + tc.Reason
+		}
+	}
+	if p.PrefixReusable > 0 || p.CachedTokens > 0 {
+		extra += fmt.Sprintf(", prefix reusable %.0f%%", 100*p.PrefixReusable)
+		if p.PromptTokens > 0 {
+			extra += fmt.Sprintf(", server cached %.0f%% of %d prompt tokens", 100*float64(p.CachedTokens)/float64(p.PromptTokens), p.PromptTokens)
 		}
 	}
 	if p.Outlier != "" {

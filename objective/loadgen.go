@@ -31,7 +31,8 @@ type RequestRecord struct {
 	ITLMax       float64 `json:"itl_max_s"`
 	OutputTokens int     `json:"output_tokens"`
 	PromptTokens int     `json:"prompt_tokens,omitempty"`
-	Chunks       int     `json:"chunks"` // SSE data lines received, [DONE] excluded
+	CachedTokens int     `json:"cached_tokens,omitempty"` // of PromptTokens, served from the server's prefix cache
+	Chunks       int     `json:"chunks"`                  // SSE data lines received, [DONE] excluded
 	Finish       string  `json:"finish_reason,omitempty"`
 	// Retried is set when the first attempt failed on a reused keep-alive
 	// connection before any response byte and the request was sent again
@@ -199,6 +200,7 @@ func (c *client) stream(ctx context.Context, body []byte, w *watch, collect bool
 		if ch.HasUsage {
 			usage = ch.CompletionTokens
 			rec.PromptTokens = ch.PromptTokens
+			rec.CachedTokens = ch.CachedTokens
 		}
 		if ch.Finish != nil {
 			rec.Finish = string(ch.Finish)
@@ -442,6 +444,8 @@ func (b *batch) point(phase string, conc, repeat, context int) (Point, []Request
 		rec.Phase, rec.Concurrency, rec.Repeat, rec.Context = phase, conc, repeat, context
 		recs = append(recs, rec)
 		tok += rec.OutputTokens
+		p.PromptTokens += rec.PromptTokens
+		p.CachedTokens += rec.CachedTokens
 		if r.cut {
 			cutN++
 			continue

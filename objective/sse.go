@@ -104,6 +104,7 @@ type chunk struct {
 	HasUsage         bool
 	PromptTokens     int
 	CompletionTokens int
+	CachedTokens     int // usage.prompt_tokens_details.cached_tokens
 }
 
 // parseChunk decodes the fields of c it needs from payload without
@@ -149,6 +150,13 @@ func parseChunk(payload []byte, c *chunk) error {
 					return s.int(&c.CompletionTokens)
 				case "prompt_tokens":
 					return s.int(&c.PromptTokens)
+				case "prompt_tokens_details":
+					return s.object(func(key []byte) error {
+						if string(key) == "cached_tokens" {
+							return s.int(&c.CachedTokens)
+						}
+						return s.skip()
+					})
 				}
 				return s.skip()
 			})

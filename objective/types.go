@@ -48,6 +48,10 @@ type ChatSpec struct {
 	PromptsFile  string `yaml:"prompts_file" json:"prompts_file,omitempty"`
 	ReusePrompts bool   `yaml:"reuse_prompts" json:"reuse_prompts"`
 	IgnoreEOS    bool   `yaml:"ignore_eos" json:"ignore_eos"`
+	// Source makes the requests (workload.chat.source): a dataset,
+	// length distributions, a shared system prompt, conversations; nil
+	// sends synthetic prompts of PromptTokens.
+	Source *SourceSpec `yaml:"source" json:"source,omitempty"`
 	// CapacitySearch, when set, bisects between the measured levels after
 	// the sweep, while the server is up, for the highest concurrency that
 	// still meets its SLO (points with Phase "capacity").
@@ -140,6 +144,16 @@ type Point struct {
 	// Note says why a point has its status (matrix), why it failed, or
 	// that it may be cold (its warm-up never reached the full batch).
 	Note string `json:"note,omitempty"`
+	// PrefixReusable is the share of the prompt words sent at this point
+	// that a perfect prefix cache could have served (each prompt's longest
+	// prefix that an earlier request of the run sent, in blocks of 16
+	// words); set for workloads with a source. CachedTokens and
+	// PromptTokens are the server's own counts (usage), where it reports
+	// them: cached_tokens needs SGLang's --enable-cache-report or vLLM's
+	// --enable-prompt-tokens-details.
+	PrefixReusable float64 `json:"prefix_reusable,omitempty"`
+	CachedTokens   int     `json:"cached_tokens,omitempty"`
+	PromptTokens   int     `json:"prompt_tokens,omitempty"`
 	// Outlier says why a measured point's figures are suspect: it
 	// disagrees with its sibling repeats, or reads far below its level's
 	// warm-up or a lower level (flagBelow). Multi-fidelity pruning does

@@ -177,6 +177,9 @@ func (d *dec) study(st *Study, root *yaml.Node) {
 	d.workload(st, m)
 	d.score(st, m)
 	d.budget(st, m)
+	if src := st.Workload.Chat.Source; src != nil && src.Seed == 0 {
+		src.Seed = uint64(st.Budget.Seed)
+	}
 	d.launch(st, m)
 }
 
@@ -1234,7 +1237,7 @@ func (d *dec) workload(st *Study, top *mapNode) {
 		m.failKey("hang_timeout_s", "%v; valid: seconds >= 0 (0 = default)", w.HangTimeout)
 	}
 	c := d.mapping(m.node("chat"), "workload.chat", "concurrency", "requests", "max_tokens", "repeats", "warmup",
-		"prompt_tokens", "prompts_file", "reuse_prompts", "ignore_eos", "capacity_search")
+		"prompt_tokens", "prompts_file", "reuse_prompts", "ignore_eos", "capacity_search", "source")
 	ch := &w.Chat
 	ch.MaxTokens, ch.Repeats = DefaultMaxTokens, DefaultRepeats
 	hasC, hasR := c.intList("concurrency", &ch.Concurrency), c.intList("requests", &ch.Requests)
@@ -1286,6 +1289,12 @@ func (d *dec) workload(st *Study, top *mapNode) {
 	}
 	c.bool("reuse_prompts", &ch.ReusePrompts)
 	c.bool("ignore_eos", &ch.IgnoreEOS)
+	if c.has("source") {
+		ch.Source = d.source(st, c)
+		if ch.PromptsFile != "" {
+			c.failKey("source", "set with prompts_file; valid: one of them (source.dataset reads a file of prompts too)")
+		}
+	}
 	if c.has("capacity_search") {
 		cs := d.mapping(c.node("capacity_search"), "workload.chat.capacity_search", "slo", "max_probes")
 		ch.CapacitySearch = &objective.CapacitySearch{SLO: d.sloList(cs, "workload.chat.capacity_search")}
@@ -1345,6 +1354,92 @@ func (d *dec) workload(st *Study, top *mapNode) {
 	if q.float("min_pass", &w.Quality.MinPass) && !(w.Quality.MinPass > 0 && w.Quality.MinPass <= 1) {
 		q.failKey("min_pass", "%v; valid: a fraction in (0, 1]; use enabled: false to turn the gates off", w.Quality.MinPass)
 	}
+}
+
+// source decodes workload.chat.source: a dataset file (read now, so that a
+// bad one is refused before anything runs), or length distributions, with
+// an optional shared system prompt and conversation turns.
+func (d *dec) source(st *Study, c *mapNode) *objective.SourceSpec {
+	m := d.mapping(c.node("source"), "workload.chat.source", "dataset", "input_tokens", "output_tokens",
+		"shared_prefix_tokens", "prefix_groups", "turns", "seed")
+	src := &objective.SourceSpec{}
+	var seed int
+	if m.int("seed", &seed) {
+		if seed < 0 {
+			m.failKey("seed", "%d; valid: an integer >= 0 (default: budget.seed)", seed)
+		}
+		src.Seed = uint64(seed)
+	}
+	src.InputTokens = d.lengthDist(m, "input_tokens")
+	src.OutputTokens = d.lengthDist(m, "output_tokens")
+	if m.int("shared_prefix_tokens", &src.SharedPrefix) && src.SharedPrefix < 0 {
+		m.failKey("shared_prefix_tokens", "%d; valid: an integer >= 0 (0: no shared system prompt)", src.SharedPrefix)
+	}
+	if m.int("prefix_groups", &src.PrefixGroups) && src.PrefixGroups < 1 {
+		m.failKey("prefix_groups", "%d; valid: an integer >= 1", src.PrefixGroups)
+	}
+	if m.has("prefix_groups") && src.SharedPrefix == 0 {
+		m.failKey("prefix_groups", "set without shared_prefix_tokens; valid: shared_prefix_tokens N > 0 with it")
+	}
+	if m.int("turns", &src.Turns) && src.Turns < 1 {
+		m.failKey("turns", "%d; valid: an integer >= 1", src.Turns)
+	}
+	if !m.str("dataset", &src.Dataset) {
+		return src
+	}
+	if src.InputTokens != nil {
+		m.failKey("input_tokens", "set with dataset; valid: one of them (a dataset gives each prompt)")
+	}
+	if !filepath.IsAbs(src.Dataset) {
+		src.Dataset = filepath.Join(filepath.Dir(st.Path), src.Dataset)
+	}
+	ds, err := objective.LoadDataset(src.Dataset)
+	if err != nil {
+		m.failKey("dataset", "%v", err)
+		return src
+	}
+	if flag, limit := contextLimit(st); limit > 0 {
+		if e, n := ds.Longest(); n > limit {
+			m.failKey("dataset", "%s:%d: a request of about %d tokens (prompt and output) exceeds %s %d; valid: requests that fit the context (a longer %s, or a dataset without them)",
+				ds.Path, e.Line, n, flag, limit, flag)
+		}
+	}
+	return src
+}
+
+// contextLimit is the context length a study fixes, with its flag, when
+// it fixes one (SGLang's --context-length, vLLM's --max-model-len).
+func contextLimit(st *Study) (string, int) {
+	for _, f := range []string{"--context-length", "--max-model-len"} {
+		if v, ok := st.Fixed[f]; ok {
+			if n, err := strconv.Atoi(v); err == nil && n > 0 {
+				return f, n
+			}
+		}
+	}
+	return "", 0
+}
+
+// lengthDist decodes a length distribution ({dist: lognormal, mean: 800,
+// stddev: 400, min: 16, max: 4000}); nil when key is absent.
+func (d *dec) lengthDist(m *mapNode, key string) *objective.LengthDist {
+	if !m.has(key) {
+		return nil
+	}
+	l := d.mapping(m.node(key), join(m.path, key), "dist", "mean", "stddev", "min", "max")
+	ld := &objective.LengthDist{}
+	if !l.str("dist", &ld.Dist) {
+		l.failKey("dist", "missing; valid: %s", strings.Join(objective.Dists, ", "))
+		return ld
+	}
+	l.float("mean", &ld.Mean)
+	l.float("stddev", &ld.StdDev)
+	l.int("min", &ld.Min)
+	l.int("max", &ld.Max)
+	if msg := ld.Check(); msg != "" {
+		l.failKey("dist", "%s; valid: {dist: fixed, mean: N}, {dist: uniform, min: A, max: B}, or {dist: normal|lognormal, mean: M, stddev: S[, min: A, max: B]}", msg)
+	}
+	return ld
 }
 
 func (d *dec) score(st *Study, top *mapNode) {

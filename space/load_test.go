@@ -670,3 +670,52 @@ func TestParamErrorOnce(t *testing.T) {
 		t.Errorf("the unknown flag is reported %d times:\n%v", n, err)
 	}
 }
+
+// workload.chat.source: a dataset is read at load, and a bad one is
+// refused at the study's dataset line, naming the dataset's own line.
+func TestLoadSource(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.jsonl")
+	if err := os.WriteFile(bad, []byte("{\"prompt\": \"a\"}\n{\"text\": \"b\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	long := filepath.Join(dir, "long.jsonl")
+	if err := os.WriteFile(long, []byte("{\"prompt\": \"a b c\", \"output_tokens\": 8}\n{\"prompt\": \"a\", \"output_tokens\": 5000}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wl := func(src string) string {
+		return base + "workload:\n  chat:\n    source: " + src + "\n"
+	}
+	tests := []struct{ name, doc, want string }{
+		{"sharegpt", wl("{dataset: ../testdata/datasets/sharegpt-small.json, shared_prefix_tokens: 200}"), ""},
+		{"distributions", wl("{input_tokens: {dist: lognormal, mean: 800, stddev: 300, max: 4000}, output_tokens: {dist: uniform, min: 16, max: 256}, turns: 3}"), ""},
+		{"bad dataset", wl("{dataset: " + bad + "}"),
+			"t.yaml:8:23: workload.chat.source.dataset: " + bad + `:2: no "prompt", "messages" or "input_tokens"; valid:`},
+		{"missing dataset", wl("{dataset: nope.json}"), "workload.chat.source.dataset: nope.json: no such file or directory; valid: a readable file"},
+		{"over the context", strings.Replace(wl("{dataset: "+long+"}"), "model: {path: org/model}\n", "model: {path: org/model}\nfixed: {--context-length: 4096}\n", 1),
+			long + ":2: a request of about 5001 tokens (prompt and output) exceeds --context-length 4096"},
+		{"bad dist", wl("{input_tokens: {dist: zipf, mean: 3}}"), `workload.chat.source.input_tokens.dist: dist "zipf"; valid: fixed, uniform, normal, lognormal`},
+		{"dist params", wl("{output_tokens: {dist: uniform, min: 9, max: 3}}"), "uniform needs 1 <= min <= max"},
+		{"dataset and input lengths", wl("{dataset: ../testdata/datasets/pairs-small.csv, input_tokens: {dist: fixed, mean: 5}}"), "input_tokens: set with dataset"},
+		{"groups without prefix", wl("{prefix_groups: 2}"), "prefix_groups: set without shared_prefix_tokens"},
+		{"turns", wl("{turns: 0}"), "workload.chat.source.turns: 0; valid: an integer >= 1"},
+		{"unknown field", wl("{shared_prefix: 10}"), "workload.chat.source.shared_prefix: unknown field (did you mean shared_prefix_tokens?)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, err := Parse("t.yaml", []byte(tt.doc))
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Workload.Chat.Source == nil || st.Workload.Chat.Source.Seed != uint64(st.Budget.Seed) {
+					t.Errorf("source %+v, seed not the budget's", st.Workload.Chat.Source)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error\n%v\nwant substring\n%s", err, tt.want)
+			}
+		})
+	}
+}

@@ -30,6 +30,9 @@ type benchFlags struct {
 	repeats, maxTokens    int
 	promptTokens          int
 	promptsFile           string
+	dataset               string
+	sharedPrefix, turns   int
+	seed                  uint64
 	warmup, quality       bool
 	reusePrompts          bool
 	ignoreEOS             bool
@@ -244,6 +247,10 @@ before are printed, and the one it cut short is marked interrupted.`,
 	fl.IntVar(&f.maxTokens, "max-tokens", 256, "max output tokens per request")
 	fl.IntVar(&f.promptTokens, "prompt-tokens", 256, "length of the synthetic prompts, in about-tokens")
 	fl.StringVar(&f.promptsFile, "prompts-file", "", "prompts, one per line or JSONL with a prompt/text field (instead of synthetic ones)")
+	fl.StringVar(&f.dataset, "dataset", "", "requests from a dataset file: ShareGPT JSON, JSONL (prompt or messages, optional output_tokens) or JSONL/CSV of input_tokens,output_tokens; output lengths are held with ignore_eos")
+	fl.IntVar(&f.sharedPrefix, "shared-prefix-tokens", 0, "a system prompt of this many tokens shared by every request (measures the prefix cache on a shared prompt)")
+	fl.IntVar(&f.turns, "turns", 1, "conversations of this many turns, each resending its history")
+	fl.Uint64Var(&f.seed, "seed", 0, "seed of the dataset sample and the synthetic texts")
 	fl.BoolVar(&f.warmup, "warmup", true, "run an uncounted warm-up at each level (without it the first repeat is cold)")
 	fl.BoolVar(&f.reusePrompts, "reuse-prompts", false, "send the same prompts in every repeat (measures the prefix cache)")
 	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "ask the server to generate max-tokens tokens regardless of EOS (SGLang ignore_eos)")
@@ -300,7 +307,7 @@ func (f *benchFlags) resolve(cmd *cobra.Command, getenv func(string) string) (ob
 	}
 	// A flag of the other workload would be ignored without a word.
 	only := map[string][]string{
-		"chat":   {"requests", "repeats", "max-tokens", "prompt-tokens", "prompts-file", "reuse-prompts"},
+		"chat":   {"requests", "repeats", "max-tokens", "prompt-tokens", "prompts-file", "reuse-prompts", "dataset", "shared-prefix-tokens", "turns", "seed"},
 		"matrix": {"contexts", "duration", "max-output"},
 	}
 	for kind, names := range only {
@@ -329,6 +336,15 @@ func (f *benchFlags) resolve(cmd *cobra.Command, getenv func(string) string) (ob
 		if len(f.concurrency) == 0 && len(f.requests) == 4 {
 			w.Chat.Concurrency = []int{1, 16, 64, 128}
 		}
+		if f.dataset != "" || f.sharedPrefix != 0 || f.turns != 1 {
+			switch {
+			case f.sharedPrefix < 0 || f.turns < 1:
+				return w, t, errors.New("--shared-prefix-tokens must be >= 0 and --turns >= 1")
+			case f.dataset != "" && f.promptsFile != "":
+				return w, t, errors.New("--dataset and --prompts-file: give one of them")
+			}
+			w.Chat.Source = &objective.SourceSpec{Dataset: f.dataset, SharedPrefix: f.sharedPrefix, Turns: f.turns, Seed: f.seed}
+		}
 	case "matrix":
 		w.Matrix = objective.MatrixSpec{Contexts: f.contexts, Concurrency: f.concurrency, DurationS: f.duration.Seconds(), MaxOutput: f.maxOutput}
 	default:
@@ -341,6 +357,11 @@ func (f *benchFlags) resolve(cmd *cobra.Command, getenv func(string) string) (ob
 	if f.promptsFile != "" {
 		if _, err := objective.ReadPrompts(f.promptsFile); err != nil {
 			return w, t, fmt.Errorf("--prompts-file: %w", err)
+		}
+	}
+	if f.dataset != "" {
+		if _, err := objective.LoadDataset(f.dataset); err != nil {
+			return w, t, fmt.Errorf("--dataset: %w", err)
 		}
 	}
 	return w, t, nil
