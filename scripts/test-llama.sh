@@ -7,8 +7,12 @@
 # testdata/studies/llama-cpu.yaml with 12 launched trials (plus confirmation
 # reruns), the token check of every measured point against
 # llamacpp:tokens_predicted_total, a bad flag through the launcher, the
-# winner's exported script started for /health, and the report's plateau line.
-# Its outputs (database, logs, report, scripts) stay in ${SGTUNE_LLAMA_OUT:-out/test-llama}.
+# winner's exported script started for /health, and the report's plateau line;
+# then TestLlamaSharedPrefix: testdata/studies/llama-prefix.yaml (a 600-token
+# system prompt shared by every request; llama.cpp's prompt cache on and off),
+# whose line
+#   llama_prefix cached_on=X% cached_off=Y% reusable=Z%
+# is printed before the summary. Its outputs (database, logs, report, scripts) stay in ${SGTUNE_LLAMA_OUT:-out/test-llama}.
 #
 # The last line printed is the test's summary:
 #   trials=N complete=M token_mismatches=K bad_command_detect_ms=X winner_within_spread=yes|no
@@ -28,13 +32,20 @@ out=${SGTUNE_LLAMA_OUT:-out/test-llama}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 summary="$out/summary.txt"
-rm -f "$summary"
+prefix="$out/prefix.txt"
+rm -f "$summary" "$prefix"
 
 start=$(date +%s)
 rc=0
-SGTUNE_LLAMA_E2E=1 SGTUNE_LLAMA_OUT="$out" SGTUNE_LLAMA_SUMMARY="$summary" \
-  go test -count=1 -timeout 40m -run '^TestLlamaEndToEnd$' -v ./cmd/sgtune || rc=$?
+SGTUNE_LLAMA_E2E=1 SGTUNE_LLAMA_OUT="$out" SGTUNE_LLAMA_SUMMARY="$summary" SGTUNE_LLAMA_PREFIX_SUMMARY="$prefix" \
+  go test -count=1 -timeout 40m -run '^(TestLlamaEndToEnd|TestLlamaSharedPrefix)$' -v ./cmd/sgtune || rc=$?
 echo "test-llama: $(( $(date +%s) - start )) s; outputs in $out"
+if [ -s "$prefix" ]; then
+  tail -n 1 "$prefix"
+else
+  echo "test-llama: the shared-prefix test wrote no line"
+  [ "$rc" -ne 0 ] || rc=1
+fi
 if [ -s "$summary" ]; then
   tail -n 1 "$summary"
 else

@@ -236,3 +236,71 @@ func startScript(ctx context.Context, script, logPath string) (int, error) {
 	}
 	return status, fmt.Errorf("no /health 200 within a minute (last %d; log %s)", status, logPath)
 }
+
+// TestLlamaSharedPrefix is make test-llama's shared-prefix study
+// (testdata/studies/llama-prefix.yaml) on the real llama-server: every
+// request carries the same 600-token system prompt, and the configs differ
+// only in llama.cpp's prompt cache. The server's own count of cached prompt
+// tokens (usage.prompt_tokens_details.cached_tokens) must show the cache:
+// most of the prompt with --cache-prompt, none with --no-cache-prompt,
+// while the prompts themselves would let a cache reuse most of them either
+// way. It prints
+//
+//	llama_prefix cached_on=X% cached_off=Y% reusable=Z%
+//
+// and appends it to $SGTUNE_LLAMA_PREFIX_SUMMARY for the script.
+func TestLlamaSharedPrefix(t *testing.T) {
+	if os.Getenv("SGTUNE_LLAMA_E2E") == "" {
+		t.Skip("make test-llama runs this (SGTUNE_LLAMA_E2E=1) on the real llama-server")
+	}
+	server := os.Getenv("LLAMA_SERVER")
+	if server == "" || os.Getenv("LLAMA_MODEL") == "" {
+		t.Fatal("LLAMA_SERVER and LLAMA_MODEL must name make llama-server's binary and model")
+	}
+	t.Setenv("PATH", filepath.Dir(server)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	dir := t.TempDir()
+	db := filepath.Join(dir, "prefix.db")
+	a := &app{stdout: os.Stderr, stderr: os.Stderr, getenv: os.Getenv}
+	if code := a.execute(context.Background(), []string{"run", "../../testdata/studies/llama-prefix.yaml", "--storage", db, "--log-dir", filepath.Join(dir, "logs")}); code != 0 {
+		t.Fatalf("sgtune run: exit %d", code)
+	}
+	d, err := (&studyFlags{storage: db}).open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.store.Close()
+	points, err := d.store.StudyPoints(d.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	share := map[bool]float64{}
+	reusable := 1.0
+	seen := map[bool]bool{}
+	for _, r := range d.recs {
+		on := fmt.Sprint(r.Params["cache_prompt"]) == "true"
+		for _, p := range points[r.ID] {
+			if p.Phase != "" {
+				continue
+			}
+			if p.PromptTokens == 0 {
+				t.Fatalf("trial %d: the server reported no prompt tokens", r.Number)
+			}
+			share[on] = float64(p.CachedTokens) / float64(p.PromptTokens)
+			reusable = min(reusable, p.PrefixReusable)
+			seen[on] = true
+		}
+	}
+	if !seen[true] || !seen[false] {
+		t.Fatalf("measured configs: %v; want cache_prompt on and off", seen)
+	}
+	line := fmt.Sprintf("llama_prefix cached_on=%.0f%% cached_off=%.0f%% reusable=%.0f%%", 100*share[true], 100*share[false], 100*reusable)
+	t.Log(line)
+	if share[true] < 0.5 || share[false] > 0.05 || reusable < 0.8 {
+		t.Errorf("%s; want on >= 50%%, off <= 5%%, reusable >= 80%%", line)
+	}
+	if p := os.Getenv("SGTUNE_LLAMA_PREFIX_SUMMARY"); p != "" {
+		if err := os.WriteFile(p, []byte(line+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
