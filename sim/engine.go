@@ -22,9 +22,14 @@ type Seq struct {
 	Prompt    int    // prompt tokens
 	Limit     int    // most tokens to generate
 	EOSAt     int    // stop with EOS after this many tokens (0: never)
-	PromptKey uint64 // prefix-cache key (hash of the prompt)
-	Health    bool   // health probe / startup warmup: no faults, no cold shapes, no stats
-	Notify    chan struct{}
+	PromptKey uint64 // hash of the whole prompt (seeds the answer's draws)
+	// Chain is the prompt's prefix-cache chain: the hash of each full
+	// block of cacheBlockTokens tokens, chained so that Chain[i] names
+	// the prompt up to the end of block i (read only: shared by the
+	// requests of one body).
+	Chain  []uint64
+	Health bool // health probe / startup warmup: no faults, no cold shapes, no stats
+	Notify chan struct{}
 	// Received is the wall time the request reached the server (zero: at
 	// Submit). The simulator's own parsing of a request (a 1M-token body
 	// takes a noticeable fraction of a second) then overlaps the simulated
@@ -99,15 +104,14 @@ type Engine struct {
 	// finished requests (radix on), bounded by the slots running requests
 	// leave free.
 	cachedStates int
-	cache        map[uint64]int
-	cacheFIFO    []uint64
-	cacheTok     int
-	rng          *rand.Rand
-	admitted     int
-	hung         bool
-	crashed      bool
-	lastToken    time.Time
-	steps        int
+	// cache holds the prompt blocks of prefilled requests (radix on).
+	cache     *prefixCache
+	rng       *rand.Rand
+	admitted  int
+	hung      bool
+	crashed   bool
+	lastToken time.Time
+	steps     int
 
 	crashAfter   int // 0: off
 	crashRunning int
@@ -174,7 +178,7 @@ func (e *Engine) Reseed(seed uint64) {
 // the scheduler goroutine, when a fault rule crashes the engine.
 func NewEngine(p *Profile, pl *Plan, rules []FaultRule, speedup float64, log io.Writer, onCrash func(string)) *Engine {
 	e := &Engine{p: p, pl: pl, speed: speedup, log: log, wake: make(chan struct{}, 1),
-		highWater: map[string]int{}, cache: map[uint64]int{}, t0: time.Now(), rng: rand.New(rand.NewPCG(1, 2)), onCrash: onCrash}
+		highWater: map[string]int{}, cache: newPrefixCache(), t0: time.Now(), rng: rand.New(rand.NewPCG(1, 2)), onCrash: onCrash}
 	e.logPf = schedPrefix(pl)
 	for _, r := range rules {
 		switch r.Effect.Kind {
@@ -320,9 +324,7 @@ func (e *Engine) FlushCache() (ok bool, queued, running int) {
 	if queued+running > 0 || e.prefilling != nil {
 		return false, queued, running
 	}
-	e.cache = map[uint64]int{}
-	e.cacheFIFO = nil
-	e.cacheTok = 0
+	e.cache = newPrefixCache()
 	e.cachedStates = 0
 	return true, 0, 0
 }
@@ -582,11 +584,13 @@ func (e *Engine) plan() (float64, func()) {
 			e.span.KVBound = true
 			break
 		}
-		cached := 0
+		// The longest cached prefix, in whole blocks; at least one
+		// token is computed to produce the first output token, as in
+		// SGLang.
+		cached, hit := 0, 0
 		if e.pl.Radix {
-			if c, ok := e.cache[s.PromptKey]; ok {
-				cached = min(c, s.Prompt-1)
-			}
+			hit = e.cache.match(s.Chain)
+			cached = max(0, min(hit*cacheBlockTokens, s.Prompt-1))
 		}
 		newTok := s.Prompt - cached
 		e.span.PromptPeak = max(e.span.PromptPeak, newTok)
@@ -603,6 +607,12 @@ func (e *Engine) plan() (float64, func()) {
 		}
 		e.waiting = e.waiting[1:]
 		s.Cached = cached
+		if hit > 0 {
+			// The matched prefix is in use: it becomes the most
+			// recently used (SGLang locks and refreshes the matched
+			// radix node).
+			e.cache.touch(s.Chain[:hit])
+		}
 		s.kvHeld = need
 		e.kvUsed += need
 		used += newTok
@@ -735,21 +745,18 @@ func (e *Engine) firstToken(s *Seq) {
 	if s.done.Load() {
 		return // aborted while its prefill ran
 	}
-	if e.pl.Radix {
-		if _, ok := e.cache[s.PromptKey]; !ok {
-			e.cache[s.PromptKey] = s.Prompt
-			e.cacheFIFO = append(e.cacheFIFO, s.PromptKey)
-			e.cacheTok += s.Prompt
-			e.span.KVPeak = max(e.span.KVPeak, e.cacheTok)
-			if e.cacheTok > e.pl.KVTokens {
-				e.span.KVBound = true
-			}
-			for e.cacheTok > e.pl.KVTokens && len(e.cacheFIFO) > 1 {
-				k := e.cacheFIFO[0]
-				e.cacheFIFO = e.cacheFIFO[1:]
-				e.cacheTok -= e.cache[k]
-				delete(e.cache, k)
-			}
+	if e.pl.Radix && len(s.Chain) > 0 {
+		// Every block of the prompt is now in the tree; the least
+		// recently used leaves go while the cache holds more tokens than
+		// the pool (the simulator bounds the cache by the pool alone,
+		// not by the pool less the running requests' tokens).
+		e.cache.touch(s.Chain)
+		e.span.KVPeak = max(e.span.KVPeak, e.cache.tokens())
+		if e.cache.tokens() > e.pl.KVTokens {
+			e.span.KVBound = true
+		}
+		for e.cache.tokens() > e.pl.KVTokens {
+			e.cache.evict() // an empty cache holds 0 tokens: the loop ends
 		}
 	}
 	s.firstAt = e.simT

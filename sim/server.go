@@ -414,31 +414,56 @@ func (s *Server) prepare(req *chatRequest) (seq *Seq, plan *outputPlan, code int
 // promptInfo is what the tokenizer makes of a request's messages.
 type promptInfo struct {
 	tokens   int    // prompt tokens, tools included
-	key      uint64 // prefix-cache key
+	key      uint64 // hash of the whole prompt (seeds the answer's draws)
 	lastUser string // the last user message
+	// chain is the prompt's prefix-cache chain: one hash per full block
+	// of cacheBlockTokens tokens, each naming the prefix up to its end.
+	chain []uint64
 }
 
-// readPrompt renders the messages as the chat template does and counts
-// their tokens.
+// readPrompt renders the messages as the chat template does, counts their
+// tokens and hashes them into the prefix-cache chain, in one pass over the
+// text (a 1M-token prompt is read once). The tokens are, in order: the
+// tool definitions' share (the template puts tools first), then for each
+// message 3 special tokens and the words of "role: content\n", then the
+// 2 tokens that open the answer.
 func readPrompt(req *chatRequest) promptInfo {
 	var prompt strings.Builder
 	lastUser := ""
+	cb := newChainBuilder()
+	toolTok := 0
+	for _, t := range req.Tools {
+		n := (len(t.Function.Name) + len(t.Function.Description) + len(t.Function.Parameters)) / 4
+		// The definition's tokens stand for its text: equal tool lists
+		// share them, different ones part at the first tool.
+		h := hashString(t.Function.Name + "\x00" + t.Function.Description + "\x00" + string(t.Function.Parameters))
+		for i := range n {
+			cb.marker('t', h+uint64(i))
+		}
+		toolTok += n
+	}
+	words := 0
 	for _, m := range req.Messages {
 		txt := messageText(m.Content)
 		if m.Role == "user" {
 			lastUser = txt
 		}
+		start := prompt.Len()
 		prompt.WriteString(m.Role)
 		prompt.WriteString(": ")
 		prompt.WriteString(txt)
 		prompt.WriteString("\n")
+		for i := range 3 {
+			cb.marker('m', uint64(i))
+		}
+		// The message ends in a newline: no word runs into the next.
+		words += cb.words(prompt.String()[start:])
 	}
+	cb.marker('a', 0)
+	cb.marker('a', 1)
 	ptxt := prompt.String()
-	promptTok := CountTokens(ptxt) + 3*len(req.Messages) + 2
-	for _, t := range req.Tools {
-		promptTok += (len(t.Function.Name) + len(t.Function.Description) + len(t.Function.Parameters)) / 4
-	}
-	return promptInfo{tokens: promptTok, key: hashString(ptxt), lastUser: lastUser}
+	promptTok := words + 3*len(req.Messages) + 2 + toolTok
+	return promptInfo{tokens: promptTok, key: hashString(ptxt), lastUser: lastUser, chain: cb.chain}
 }
 
 // prepareParsed is prepare with the prompt already read.
@@ -468,7 +493,7 @@ func (s *Server) prepareParsed(req *chatRequest, pi promptInfo) (seq *Seq, plan 
 	if errMsg != "" {
 		return nil, nil, 400, errMsg
 	}
-	seq = &Seq{Prompt: promptTok, PromptKey: key}
+	seq = &Seq{Prompt: promptTok, PromptKey: key, Chain: pi.chain}
 	natural := maxTok == 0
 	if natural {
 		maxTok = min(ctxLen-promptTok, 4096)
