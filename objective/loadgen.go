@@ -40,6 +40,12 @@ type RequestRecord struct {
 	// record's StartS, TTFT and Latency still count from the first attempt.
 	Retried    bool   `json:"retried,omitempty"`
 	RetryCause string `json:"retry_cause,omitempty"`
+	// ScheduledS is an open-loop request's scheduled send time (offset
+	// from the start of its point) and SendLagS how late it was actually
+	// sent (StartS - ScheduledS): its TTFT and Latency count from
+	// ScheduledS, not StartS (see openloop.go). Both 0 in a closed loop.
+	ScheduledS float64 `json:"scheduled_s,omitempty"`
+	SendLagS   float64 `json:"send_lag_s,omitempty"`
 }
 
 // watch tracks token progress across the streams of one point, for the
@@ -102,6 +108,13 @@ type toolCall struct {
 // stream sends one chat request and measures it. Each chunk is timestamped
 // before it is decoded. With collect, content and tool calls are kept.
 func (c *client) stream(ctx context.Context, body []byte, w *watch, collect bool) *streamResult {
+	return c.streamFrom(ctx, body, w, collect, time.Time{})
+}
+
+// streamFrom is stream with TTFT and latency counted from origin (an
+// open-loop request's scheduled send time) instead of the moment the
+// request is handed to the transport; a zero origin means that moment.
+func (c *client) streamFrom(ctx context.Context, body []byte, w *watch, collect bool, origin time.Time) *streamResult {
 	out := &streamResult{}
 	rec := &out.rec
 	w.begin()
@@ -123,6 +136,9 @@ func (c *client) stream(ctx context.Context, body []byte, w *watch, collect bool
 	// first attempt, as the user of a client that retries would see them.
 	start := time.Now()
 	out.start = start
+	if origin.IsZero() {
+		origin = start
+	}
 	if out.trace != nil {
 		out.trace.Start = start.UnixNano()
 	}
@@ -140,7 +156,7 @@ func (c *client) stream(ctx context.Context, body []byte, w *watch, collect bool
 	}
 	if err != nil {
 		rec.Error = errText(ctx, err)
-		rec.Latency = time.Since(start).Seconds()
+		rec.Latency = time.Since(origin).Seconds()
 		return out
 	}
 	defer resp.Body.Close()
@@ -157,7 +173,7 @@ func (c *client) stream(ctx context.Context, body []byte, w *watch, collect bool
 		now := time.Now()
 		if err == io.EOF {
 			rec.OK = true
-			rec.Latency = now.Sub(start).Seconds()
+			rec.Latency = now.Sub(origin).Seconds()
 			// Read the body to its end (the chunked-encoding terminator) so
 			// the transport reuses the connection: a body closed early costs
 			// a new TCP connection per request.
@@ -171,19 +187,19 @@ func (c *client) stream(ctx context.Context, body []byte, w *watch, collect bool
 				// the stream lacked its [DONE].
 				rec.Error = why
 			}
-			rec.Latency = now.Sub(start).Seconds()
+			rec.Latency = now.Sub(origin).Seconds()
 			break
 		}
 		w.tick(now)
 		rec.Chunks++
 		if err := parseChunk(payload, &ch); err != nil {
 			rec.Error = err.Error()
-			rec.Latency = now.Sub(start).Seconds()
+			rec.Latency = now.Sub(origin).Seconds()
 			break
 		}
 		if ch.Error != nil {
 			rec.Error = "server error: " + string(ch.Error)
-			rec.Latency = now.Sub(start).Seconds()
+			rec.Latency = now.Sub(origin).Seconds()
 			break
 		}
 		if len(ch.Content) > 0 || len(ch.Reasoning) > 0 || len(ch.ToolCalls) > 0 {
@@ -215,7 +231,7 @@ func (c *client) stream(ctx context.Context, body []byte, w *watch, collect bool
 		}
 	}
 	if !first.IsZero() {
-		rec.TTFT = first.Sub(start).Seconds()
+		rec.TTFT = first.Sub(origin).Seconds()
 	}
 	if tr := out.trace; tr != nil {
 		tr.OK, tr.Header = rec.OK, resp.Header
@@ -361,6 +377,10 @@ type batch struct {
 	issued, completed, failed, cut, tokens int64
 	// stop is why issuing stopped early (nil when every request ran).
 	stop error
+	// schedule is an open-loop batch's send offsets, one per requested
+	// request (nil for a closed loop); wall then runs from the first
+	// scheduled send to the end of the last request.
+	schedule []time.Duration
 }
 
 // closedLoop runs bodies with conc workers pulling from a shared queue and
@@ -465,6 +485,9 @@ func (b *batch) point(phase string, conc, repeat, context int) (Point, []Request
 	}
 	p.TTFT, p.Latency, p.ITL = Summarize(ttft), Summarize(lat), Summarize(itl)
 	p.Retried = retried(recs)
+	if b.schedule != nil {
+		openFigures(&p, b.schedule, recs)
+	}
 	p.Audit = Audit{
 		RawCount:     len(recs) == p.Issued,
 		Completed:    okN == p.Completed && cutN == p.Cut && p.Completed+p.Failed+p.Cut == p.Issued,

@@ -10,6 +10,8 @@ import (
 // looper runs one closed loop of requests: the HTTP client, or a Loop.
 type looper interface {
 	closedLoop(ctx context.Context, bodies [][]byte, conc int, hang time.Duration, collect bool) (*batch, error)
+	// openLoop sends bodies at scheduled offsets (see openloop.go).
+	openLoop(ctx context.Context, bodies [][]byte, offsets []time.Duration, hang time.Duration, collect bool) (*batch, error)
 	// startTokenProbe scrapes the server's generated-token counter before
 	// measured requests (a skipped check where there is none).
 	startTokenProbe(ctx context.Context) *tokenProbe
@@ -30,7 +32,25 @@ type Loop interface {
 	ClosedLoop(ctx context.Context, bodies [][]byte, conc int, hang time.Duration, collect bool) (LoopResult, error)
 }
 
-// LoopResult is what one closed loop measured.
+// OpenLooper is a Loop that can also run open-loop levels, as the load
+// generator does against a URL (openloop.go): bodies[k] is sent at
+// offsets[k] from the start whatever the server is doing, each record's
+// TTFT and Latency count from its scheduled send (Record.ScheduledS, with
+// StartS the actual send and SendLagS the difference), and Duration runs
+// from the first scheduled send to the end of the last request. It stops
+// sending early on ctx, hang, or 8 failures in a row; requests not sent
+// are not issued. RunLoop's open-loop levels need a Loop that implements
+// it.
+type OpenLooper interface {
+	Loop
+	OpenLoop(ctx context.Context, bodies [][]byte, offsets []time.Duration, hang time.Duration, collect bool) (LoopResult, error)
+}
+
+// ErrNoOpenLoop reports an open-loop level asked of a Loop that is not an
+// OpenLooper.
+var ErrNoOpenLoop = errors.New("this loop runs closed loops only (no open-loop arrivals)")
+
+// LoopResult is what one closed or open loop measured.
 type LoopResult struct {
 	// Exchanges holds one entry per issued request, in issue order.
 	Exchanges []Exchange
@@ -94,7 +114,28 @@ func (loopAdapter) scrapeCounter(context.Context, string) (counterScrape, error)
 
 func (a loopAdapter) closedLoop(ctx context.Context, bodies [][]byte, conc int, hang time.Duration, collect bool) (*batch, error) {
 	lr, err := a.l.ClosedLoop(ctx, bodies, conc, hang, collect)
-	b := &batch{requested: len(bodies), wall: lr.Duration,
+	return toBatch(lr, len(bodies), collect), err
+}
+
+func (a loopAdapter) openLoop(ctx context.Context, bodies [][]byte, offsets []time.Duration, hang time.Duration, collect bool) (*batch, error) {
+	ol, ok := a.l.(OpenLooper)
+	if !ok {
+		err := fmt.Errorf("open loop through %T: %w", a.l, ErrNoOpenLoop)
+		return &batch{requested: len(bodies), stop: err}, err
+	}
+	if err := checkSchedule(bodies, offsets); err != nil {
+		return &batch{requested: len(bodies), stop: err}, err
+	}
+	lr, err := ol.OpenLoop(ctx, bodies, offsets, hang, collect)
+	b := toBatch(lr, len(bodies), collect)
+	b.schedule = offsets
+	b.stop = err
+	return b, err
+}
+
+// toBatch turns a Loop's result for n requested bodies into a batch.
+func toBatch(lr LoopResult, n int, collect bool) *batch {
+	b := &batch{requested: n, wall: lr.Duration,
 		issued: int64(lr.Issued), completed: int64(lr.Completed), failed: int64(lr.Failed), tokens: int64(lr.Tokens)}
 	for _, x := range lr.Exchanges {
 		r := &streamResult{rec: x.Record, itls: x.ITLs}
@@ -106,5 +147,5 @@ func (a loopAdapter) closedLoop(ctx context.Context, bodies [][]byte, conc int, 
 		}
 		b.results = append(b.results, r)
 	}
-	return b, err
+	return b
 }

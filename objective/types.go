@@ -141,6 +141,34 @@ type Point struct {
 	PromptTokS     float64 `json:"prompt_tok_s,omitempty"`
 	PerRequestTokS float64 `json:"per_request_tok_s,omitempty"`
 	AvgActive      float64 `json:"avg_active,omitempty"`
+	// Open-loop points (requests sent at scheduled times whatever the
+	// server does; see openloop.go); absent from closed-loop points.
+	// OfferedRateS is the schedule's rate: (requests - 1) / (last - first
+	// scheduled send), the inverse of its mean gap. AchievedRateS is
+	// completed requests / DurationS, which runs from the first scheduled
+	// send to the end of the last request (so it is RequestsPerS).
+	OfferedRateS  float64 `json:"offered_rate_s,omitempty"`
+	AchievedRateS float64 `json:"achieved_rate_s,omitempty"`
+	// MaxInFlight is the most requests outstanding at once, each counted
+	// from its scheduled send to its end. InFlightFirstHalf and
+	// InFlightSecondHalf are the time-averaged number outstanding over the
+	// first and second halves of the schedule's span: a server that keeps
+	// up holds it steady (Little's law), one that falls behind lets it grow.
+	MaxInFlight        int     `json:"max_in_flight,omitempty"`
+	InFlightFirstHalf  float64 `json:"in_flight_first_half,omitempty"`
+	InFlightSecondHalf float64 `json:"in_flight_second_half,omitempty"`
+	// SendLagMaxS is the latest any request was sent after its scheduled
+	// time: the load generator's own lateness (its TTFT still counts from
+	// the schedule); large only when the client machine was overloaded or
+	// the in-flight safety cap was reached.
+	SendLagMaxS float64 `json:"send_lag_max_s,omitempty"`
+	// KeptUp is the verdict on an open-loop point (nil for closed-loop
+	// ones): false when AchievedRateS < 95% of OfferedRateS or the
+	// in-flight count grew through the level (second-half mean more than
+	// 1.5 x the first half's and by at least one request). Behind says
+	// which, with the figures.
+	KeptUp *bool  `json:"kept_up,omitempty"`
+	Behind string `json:"behind,omitempty"`
 	// Note says why a point has its status (matrix), why it failed, or
 	// that it may be cold (its warm-up never reached the full batch).
 	Note string `json:"note,omitempty"`

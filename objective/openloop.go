@@ -1,0 +1,242 @@
+package objective
+
+// Open-loop levels: requests are sent at times fixed in advance (a
+// schedule from Arrivals), whatever the server does, as
+// `vllm bench serve --request-rate` sends them, instead of by a fixed
+// number of clients that each wait for their previous answer.
+//
+// Measurement semantics:
+//   - Request k is sent at start + offsets[k] by a pacer (the calling
+//     goroutine), whether or not earlier requests were answered: every
+//     request gets its own goroutine, so a slow server never delays the
+//     sends (no coordinated omission). The only bound is openLoopCap
+//     requests in flight, a safety cap far above what a measured level
+//     should reach; at the cap the pacer waits and its lateness shows.
+//   - TTFT and latency count from the request's SCHEDULED send time, not
+//     from when it was actually handed to the transport: the wait a user
+//     arriving at that moment would see, including any lateness of the
+//     client. RequestRecord keeps both: StartS (actual send), ScheduledS,
+//     and SendLagS = StartS - ScheduledS.
+//   - The point's DurationS runs from the first scheduled send to the end
+//     of the last request; AchievedRateS = completed / DurationS, and
+//     OfferedRateS = (requests - 1) / (the schedule's span).
+//   - In flight counts a request from its scheduled send to its end; the
+//     point reports the maximum and the time-averaged count over each half
+//     of the schedule's span. KeptUp is false when the achieved rate is
+//     below keptUpRate of the offered one or the in-flight count grew
+//     through the level (second half > inFlightGrowth x first half, and by
+//     at least one request). A level much shorter than a request's
+//     latency reads as behind by the first test: its last answers arrive
+//     after the schedule ends, which the achieved rate counts, so make a
+//     level last many latencies (AchievedRateS is about OfferedRateS x
+//     span / (span + latency)).
+//   - It stops sending early, like closedLoop, when ctx is done, when the
+//     hang watchdog fires (no token for hang while requests are in
+//     flight), or after openGiveUp failures in a row (a dead server);
+//     requests not yet sent then count as not issued.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// openLoopCap bounds the requests in flight in one open-loop level. It is a
+// safety net, not a concurrency level: each in-flight request holds a
+// goroutine, a connection and a file descriptor, and 4096 outstanding
+// requests is already a server hopelessly behind (kept_up false); beyond
+// it more connections would measure the client's file-descriptor limit
+// instead. At the cap the pacer waits for a request to end; the wait shows
+// as send lag and the TTFTs still count from the schedule.
+const openLoopCap = 4096
+
+// openGiveUp is how many failures in a row stop an open-loop level: a dead
+// server fails every request at once (closedLoop uses the number of
+// workers, at least 8).
+const openGiveUp = 8
+
+// keptUpRate and inFlightGrowth are the thresholds of the kept-up verdict
+// (see Point.KeptUp).
+const (
+	keptUpRate     = 0.95
+	inFlightGrowth = 1.5
+)
+
+// openLoop sends bodies[k] at start+offsets[k] (offsets non-decreasing,
+// one per body, from Arrivals), each request on its own goroutine however
+// many are in flight, and measures each from its scheduled send time. hang
+// and collect are as for closedLoop. The batch's point carries the
+// open-loop figures (offered and achieved rate, in flight, kept up). The
+// error is the cause of an early stop; a schedule that does not match
+// bodies is an error before anything is sent (with an empty batch).
+func (c *client) openLoop(ctx context.Context, bodies [][]byte, offsets []time.Duration, hang time.Duration, collect bool) (*batch, error) {
+	if err := checkSchedule(bodies, offsets); err != nil {
+		return &batch{requested: len(bodies), stop: err}, err
+	}
+	pctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := &watch{}
+	w.tick(time.Now())
+	wdDone := make(chan struct{})
+	go func() { defer close(wdDone); w.run(pctx, cancel, hang) }()
+
+	b := &batch{requested: len(bodies), schedule: offsets}
+	slots := make([]*streamResult, len(bodies))
+	var issued, completed, failed, cut, tokens, failRun atomic.Int64
+	slot := make(chan struct{}, openLoopCap)
+	var wg sync.WaitGroup
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	start := time.Now()
+pace:
+	for k, off := range offsets {
+		due := start.Add(off)
+		if d := time.Until(due); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-pctx.Done():
+				break pace
+			case <-timer.C:
+			}
+		}
+		if pctx.Err() != nil || failRun.Load() >= openGiveUp {
+			break
+		}
+		select {
+		case slot <- struct{}{}:
+		case <-pctx.Done():
+			break pace
+		}
+		issued.Add(1)
+		wg.Go(func() {
+			defer func() { <-slot }()
+			r := c.streamFrom(pctx, bodies[k], w, collect, due)
+			r.rec.StartS = r.start.Sub(start).Seconds()
+			r.rec.ScheduledS = off.Seconds()
+			r.rec.SendLagS = r.start.Sub(due).Seconds()
+			switch {
+			case r.rec.OK:
+				completed.Add(1)
+				failRun.Store(0)
+			case interrupted(pctx):
+				r.cut = true
+				cut.Add(1)
+			default:
+				failed.Add(1)
+				failRun.Add(1)
+			}
+			tokens.Add(int64(r.rec.OutputTokens))
+			slots[k] = r
+		})
+	}
+	wg.Wait()
+	b.wall = time.Since(start)
+	if len(offsets) > 0 {
+		b.wall -= offsets[0]
+	}
+	var err error
+	if pctx.Err() != nil {
+		err = context.Cause(pctx)
+	}
+	cancel(nil)
+	<-wdDone
+	for _, r := range slots {
+		if r != nil {
+			b.results = append(b.results, r)
+		}
+	}
+	b.issued, b.completed, b.failed, b.cut, b.tokens = issued.Load(), completed.Load(), failed.Load(), cut.Load(), tokens.Load()
+	b.stop = err
+	return b, err
+}
+
+// checkSchedule reports a schedule that cannot drive bodies: one offset
+// per body, none negative, in order.
+func checkSchedule(bodies [][]byte, offsets []time.Duration) error {
+	if len(offsets) != len(bodies) {
+		return fmt.Errorf("open loop: %d send offsets for %d requests", len(offsets), len(bodies))
+	}
+	if len(offsets) > 0 && offsets[0] < 0 {
+		return fmt.Errorf("open loop: negative send offset %v", offsets[0])
+	}
+	if !slices.IsSorted(offsets) {
+		return fmt.Errorf("open loop: send offsets out of order")
+	}
+	return nil
+}
+
+// openFigures fills p's open-loop fields from the schedule and the records
+// of the requests issued (each outstanding from ScheduledS to ScheduledS +
+// Latency).
+func openFigures(p *Point, schedule []time.Duration, recs []RequestRecord) {
+	if n := len(schedule); n >= 2 {
+		if span := (schedule[n-1] - schedule[0]).Seconds(); span > 0 {
+			p.OfferedRateS = float64(n-1) / span
+		}
+	}
+	p.AchievedRateS = p.RequestsPerS
+	type edge struct {
+		t     float64
+		delta int
+	}
+	edges := make([]edge, 0, 2*len(recs))
+	for _, r := range recs {
+		p.SendLagMaxS = max(p.SendLagMaxS, r.SendLagS)
+		edges = append(edges, edge{r.ScheduledS, 1}, edge{r.ScheduledS + r.Latency, -1})
+	}
+	// Intervals are half-open: an end sorts before a start at the same
+	// instant.
+	slices.SortFunc(edges, func(a, b edge) int {
+		if a.t != b.t {
+			if a.t < b.t {
+				return -1
+			}
+			return 1
+		}
+		return a.delta - b.delta
+	})
+	n := 0
+	for _, e := range edges {
+		n += e.delta
+		p.MaxInFlight = max(p.MaxInFlight, n)
+	}
+	var behind []string
+	if len(schedule) >= 2 {
+		lo, hi := schedule[0].Seconds(), schedule[len(schedule)-1].Seconds()
+		if mid := (lo + hi) / 2; hi > lo {
+			p.InFlightFirstHalf = meanInFlight(recs, lo, mid)
+			p.InFlightSecondHalf = meanInFlight(recs, mid, hi)
+		}
+	}
+	if p.OfferedRateS > 0 && p.AchievedRateS < keptUpRate*p.OfferedRateS {
+		behind = append(behind, fmt.Sprintf("achieved %.3g req/s < %.0f%% of offered %.3g req/s",
+			p.AchievedRateS, 100*keptUpRate, p.OfferedRateS))
+	}
+	if a, z := p.InFlightFirstHalf, p.InFlightSecondHalf; z > inFlightGrowth*a && z-a >= 1 {
+		behind = append(behind, fmt.Sprintf("in flight grew from %.3g to %.3g on average (first to second half of the schedule)", a, z))
+	}
+	kept := len(behind) == 0
+	p.KeptUp = &kept
+	for i, s := range behind {
+		if i > 0 {
+			p.Behind += "; "
+		}
+		p.Behind += s
+	}
+}
+
+// meanInFlight is the time-averaged number of requests outstanding over
+// [lo, hi) (seconds from the start of the point).
+func meanInFlight(recs []RequestRecord, lo, hi float64) float64 {
+	var area float64
+	for _, r := range recs {
+		a, z := max(lo, r.ScheduledS), min(hi, r.ScheduledS+r.Latency)
+		if z > a {
+			area += z - a
+		}
+	}
+	return area / (hi - lo)
+}
