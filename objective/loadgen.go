@@ -53,11 +53,20 @@ type RequestRecord struct {
 type watch struct {
 	last     atomic.Int64 // unix nanos of the last progress
 	inflight atomic.Int32
+	// open is set for an open loop, where sends come on a schedule: a send
+	// restarts the clock only when nothing was in flight, so that sends
+	// to a server that answers nothing do not keep the watchdog quiet.
+	open bool
 }
 
 func (w *watch) tick(t time.Time) { w.last.Store(t.UnixNano()) }
 
-func (w *watch) begin() { w.tick(time.Now()); w.inflight.Add(1) }
+func (w *watch) begin() {
+	if !w.open || w.inflight.Load() == 0 {
+		w.tick(time.Now())
+	}
+	w.inflight.Add(1)
+}
 
 func (w *watch) end() { w.tick(time.Now()); w.inflight.Add(-1) }
 

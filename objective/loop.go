@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// looper runs one closed loop of requests: the HTTP client, or a Loop.
+// looper runs one closed or open loop of requests: the HTTP client, or a
+// Loop.
 type looper interface {
 	closedLoop(ctx context.Context, bodies [][]byte, conc int, hang time.Duration, collect bool) (*batch, error)
 	// openLoop sends bodies at scheduled offsets (see openloop.go).

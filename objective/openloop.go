@@ -32,8 +32,9 @@ package objective
 //     span / (span + latency)).
 //   - It stops sending early, like closedLoop, when ctx is done, when the
 //     hang watchdog fires (no token for hang while requests are in
-//     flight), or after openGiveUp failures in a row (a dead server);
-//     requests not yet sent then count as not issued.
+//     flight; a new send is not progress), or after openGiveUp failures
+//     in a row (a dead server); requests not yet sent then count as not
+//     issued.
 
 import (
 	"context"
@@ -78,7 +79,7 @@ func (c *client) openLoop(ctx context.Context, bodies [][]byte, offsets []time.D
 	}
 	pctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	w := &watch{}
+	w := &watch{open: true}
 	w.tick(time.Now())
 	wdDone := make(chan struct{})
 	go func() { defer close(wdDone); w.run(pctx, cancel, hang) }()

@@ -49,7 +49,10 @@ func (s *stallServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		now := time.Now()
 		lo := time.Unix(0, t0).Add(s.from)
 		if hi := lo.Add(s.d); !now.Before(lo) && now.Before(hi) {
-			time.Sleep(hi.Sub(now))
+			select {
+			case <-time.After(hi.Sub(now)):
+			case <-r.Context().Done():
+			}
 		}
 	}
 	s.srv.ServeHTTP(stallWriter{w, wait}, r)
@@ -125,6 +128,28 @@ func TestOpenLoopStall(t *testing.T) {
 	// (c) The rates are reported.
 	if p.OfferedRateS < 15 || p.OfferedRateS > 25 || p.AchievedRateS <= 0 || p.KeptUp == nil {
 		t.Errorf("offered %.2f, achieved %.2f, kept up %v", p.OfferedRateS, p.AchievedRateS, p.KeptUp)
+	}
+}
+
+// TestOpenLoopHang: a server that sends nothing trips the watchdog even
+// though new requests keep being sent (a send is not progress).
+func TestOpenLoopHang(t *testing.T) {
+	ss := &stallServer{srv: &fakesse.Server{}, d: time.Minute}
+	ts := httptest.NewServer(ss)
+	defer ts.Close()
+	c := newClient(Target{URL: ts.URL}, 64)
+	defer c.close()
+	offs, _ := Arrivals(100, 20, 1, 4) // about 5 s
+	ss.arm()
+	t0 := time.Now()
+	b, err := c.openLoop(context.Background(), openBodies(t, 100, 4), offs, 500*time.Millisecond, false)
+	if !errors.Is(err, ErrHang) {
+		t.Fatalf("error %v, want ErrHang", err)
+	}
+	p, _ := b.point("", 0, 1, 0)
+	t.Logf("%v after %.2f s: issued %d, failed %d", err, time.Since(t0).Seconds(), p.Issued, p.Failed)
+	if time.Since(t0) > 2*time.Second || p.Issued >= 100 || p.Issued == 0 {
+		t.Errorf("stopped after %v with %d issued: want about 0.5 s, some of 100", time.Since(t0), p.Issued)
 	}
 }
 
@@ -268,5 +293,43 @@ func TestOpenFigures(t *testing.T) {
 				t.Errorf("offered %g, max in flight %d (want %d), kept up %v (want %v): %s", p.OfferedRateS, p.MaxInFlight, tc.maxIn, *p.KeptUp, tc.kept, p.Behind)
 			}
 		})
+	}
+}
+
+// openFake is an OpenLooper whose server answers each request 0.5 s after
+// its scheduled send: it keeps up at any rate.
+type openFake struct{ fakeLoop }
+
+func (f *openFake) OpenLoop(_ context.Context, bodies [][]byte, offsets []time.Duration, _ time.Duration, _ bool) (LoopResult, error) {
+	lr := LoopResult{}
+	for i := range bodies {
+		s := offsets[i].Seconds()
+		rec := RequestRecord{OK: true, StartS: s, ScheduledS: s, TTFT: 0.1, Latency: 0.5, OutputTokens: 10}
+		lr.Exchanges = append(lr.Exchanges, Exchange{Record: rec})
+		lr.Issued++
+		lr.Completed++
+		lr.Tokens += 10
+	}
+	lr.Duration = offsets[len(offsets)-1] - offsets[0] + 500*time.Millisecond
+	return lr, nil
+}
+
+// TestLoopOpenLoop: a Loop runs open-loop levels only when it is an
+// OpenLooper; the point's figures are the load generator's.
+func TestLoopOpenLoop(t *testing.T) {
+	bodies := make([][]byte, 200)
+	offs, _ := Arrivals(len(bodies), 4, 1, 1) // about 50 s
+	b, err := loopAdapter{&fakeLoop{}}.openLoop(context.Background(), bodies, offs, time.Minute, false)
+	if !errors.Is(err, ErrNoOpenLoop) || b == nil || b.issued != 0 {
+		t.Errorf("closed-only loop: batch %+v, error %v; want ErrNoOpenLoop", b, err)
+	}
+	b, err = loopAdapter{&openFake{}}.openLoop(context.Background(), bodies, offs, time.Minute, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := b.point("", 0, 1, 0)
+	t.Logf("offered %.3f, achieved %.3f, in flight %.2f -> %.2f, max %d", p.OfferedRateS, p.AchievedRateS, p.InFlightFirstHalf, p.InFlightSecondHalf, p.MaxInFlight)
+	if p.State != "passed" || p.KeptUp == nil || !*p.KeptUp || p.OfferedRateS < 3 || p.OfferedRateS > 5 || p.MaxInFlight < 1 {
+		t.Errorf("point %+v", p)
 	}
 }
