@@ -196,7 +196,41 @@ type client struct {
 // clients gave up before sending every body. collect keeps each answer's
 // content and tool calls.
 func (v *Virtual) ClosedLoop(bodies [][]byte, conc int, hangS float64, collect bool) (LoopResult, error) {
+	return v.loop(bodies, conc, nil, hangS, collect)
+}
+
+// OpenLoop sends bodies[k] at offsetsS[k] simulated seconds from the start
+// (non-decreasing, one per body) whatever is in flight, as the load
+// generator's open loop does, and runs the engine in virtual time until
+// every request ended. A request that arrives during a step joins at the
+// next step boundary, as on the live server. Each Exchange's StartS is
+// its scheduled send (virtual time has no send lag) and its TTFT and
+// Latency count from it; DurationS runs from the first scheduled send to
+// the end of the last request. It stops sending after 8 failures in a
+// row; hangS, crashes and collect are as for ClosedLoop.
+func (v *Virtual) OpenLoop(bodies [][]byte, offsetsS []float64, hangS float64, collect bool) (LoopResult, error) {
+	if len(offsetsS) != len(bodies) {
+		return LoopResult{}, fmt.Errorf("sim: open loop: %d send offsets for %d requests", len(offsetsS), len(bodies))
+	}
+	for k := 1; k < len(offsetsS); k++ {
+		if !(offsetsS[k] >= offsetsS[k-1]) {
+			return LoopResult{}, fmt.Errorf("sim: open loop: send offsets out of order")
+		}
+	}
+	if len(offsetsS) > 0 && !(offsetsS[0] >= 0) {
+		return LoopResult{}, fmt.Errorf("sim: open loop: negative send offset %g", offsetsS[0])
+	}
+	if offsetsS == nil {
+		offsetsS = []float64{} // an open loop of nothing
+	}
+	return v.loop(bodies, 0, offsetsS, hangS, collect)
+}
+
+// loop is ClosedLoop (offsets nil: conc clients) or OpenLoop (bodies[k]
+// sent at start+offsets[k]).
+func (v *Virtual) loop(bodies [][]byte, conc int, offsets []float64, hangS float64, collect bool) (LoopResult, error) {
 	res := LoopResult{Exchanges: make([]Exchange, 0, len(bodies))}
+	open := offsets != nil
 	e := v.eng
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -214,38 +248,71 @@ func (v *Virtual) ClosedLoop(bodies [][]byte, conc int, hangS float64, collect b
 		res.Tokens += c.OutputTokens
 		failRun++
 	}
-	// issue sends the next body for a client that is free; a request the
-	// server refuses at once frees the client again.
+	// send sends the next body at time at (<= v.now): false when the
+	// server refused it at once.
+	send := func(at float64) bool {
+		body := bodies[next]
+		next++
+		res.Issued++
+		res.Exchanges = append(res.Exchanges, Exchange{StartS: at - start})
+		ex := &res.Exchanges[len(res.Exchanges)-1]
+		if e.crashed {
+			fail(ex, "HTTP 500: "+errorJSON("engine unavailable", 500), at)
+			return false
+		}
+		pb, err := parseBody(body)
+		if err != nil {
+			fail(ex, "HTTP 400: "+errorJSON("Invalid request body: "+err.Error(), 400), at)
+			return false
+		}
+		seq, plan, code, msg := v.srv.prepareParsed(&pb.req, pb.prompt)
+		if code != 0 {
+			fail(ex, fmt.Sprintf("HTTP %d: %s", code, errorJSON(msg, code)), at)
+			return false
+		}
+		ex.PromptTokens = seq.Prompt
+		e.submitAt(seq, v.now, at, 0)
+		if !open || len(inflight) == 0 {
+			// As the load generator's watchdog: in an open loop a send
+			// restarts the clock only when nothing was in flight.
+			lastProgress = math.Max(lastProgress, at)
+		}
+		inflight[seq] = &client{idx: len(res.Exchanges) - 1, seq: seq, plan: plan, start: at}
+		return true
+	}
+	// due is when the next open-loop body is to be sent (+Inf when none
+	// will be).
+	due := func() float64 {
+		if !open || next >= len(bodies) || failRun >= giveUp {
+			return math.Inf(1)
+		}
+		return start + offsets[next]
+	}
+	// issue, closed loop: sends the next body for a client that is free;
+	// a request the server refuses at once frees the client again. Open
+	// loop: sends every body due by now.
 	issue := func() {
-		for next < len(bodies) && failRun < giveUp {
-			body := bodies[next]
-			next++
-			res.Issued++
-			res.Exchanges = append(res.Exchanges, Exchange{StartS: v.now - start})
-			ex := &res.Exchanges[len(res.Exchanges)-1]
-			if e.crashed {
-				fail(ex, "HTTP 500: "+errorJSON("engine unavailable", 500), v.now)
-				continue
+		if open {
+			for due() <= v.now {
+				send(due())
 			}
-			pb, err := parseBody(body)
-			if err != nil {
-				fail(ex, "HTTP 400: "+errorJSON("Invalid request body: "+err.Error(), 400), v.now)
-				continue
-			}
-			seq, plan, code, msg := v.srv.prepareParsed(&pb.req, pb.prompt)
-			if code != 0 {
-				fail(ex, fmt.Sprintf("HTTP %d: %s", code, errorJSON(msg, code)), v.now)
-				continue
-			}
-			ex.PromptTokens = seq.Prompt
-			e.submitAt(seq, v.now, v.now, 0)
-			lastProgress = v.now
-			inflight[seq] = &client{idx: len(res.Exchanges) - 1, seq: seq, plan: plan, start: v.now}
 			return
 		}
+		for next < len(bodies) && failRun < giveUp {
+			if send(v.now) {
+				return
+			}
+		}
 	}
-	for range max(1, min(conc, len(bodies))) {
+	if open {
+		if d := due(); !math.IsInf(d, 1) {
+			v.now = math.Max(v.now, d)
+		}
 		issue()
+	} else {
+		for range max(1, min(conc, len(bodies))) {
+			issue()
+		}
 	}
 	// hang ends the loop when the watchdog fires before time t.
 	hang := func(t float64) bool {
@@ -257,19 +324,35 @@ func (v *Virtual) ClosedLoop(bodies [][]byte, conc int, hangS float64, collect b
 	}
 	var err error
 loop:
-	for len(inflight) > 0 {
+	for len(inflight) > 0 || !math.IsInf(due(), 1) {
 		st := e.decide(v.now, v.gather)
 		switch st.kind {
 		case stepIdle:
+			if d := due(); !math.IsInf(d, 1) {
+				// Nothing in the engine: on to the next arrival.
+				v.now = math.Max(v.now, d)
+				issue()
+				continue
+			}
 			// Every request in flight was refused or aborted.
 			break loop
 		case stepWait:
-			if hang(st.until) {
+			until := math.Min(st.until, due())
+			if hang(until) {
 				err = ErrHang
 				break loop
 			}
-			v.now = math.Max(v.now, st.until)
+			v.now = math.Max(v.now, until)
+			if open {
+				issue()
+			}
 		case stepHung:
+			// Open loop: the bodies due before the watchdog fires are
+			// still sent (a send is no progress while others wait).
+			for d := due(); hangS > 0 && d <= lastProgress+hangS; d = due() {
+				v.now = math.Max(v.now, d)
+				send(d)
+			}
 			hang(math.Inf(1))
 			err = ErrHang
 			break loop
@@ -300,10 +383,16 @@ loop:
 					res.Completed++
 					res.Tokens += ex.OutputTokens
 					failRun = 0
-					issue()
+					if !open {
+						issue()
+					}
 				}
 			}
 			clear(v.events)
+			if open {
+				// Arrivals during the step join at its end.
+				issue()
+			}
 		}
 	}
 	// What is still in flight failed.
@@ -320,12 +409,22 @@ loop:
 		// unavailable": the clients go on until they give up. A loop that
 		// sent everything ends as the load generator's does, without an
 		// error (the failures say what happened).
-		issue() // every client fails at once until they give up
+		if open {
+			for d := due(); !math.IsInf(d, 1); d = due() {
+				v.now = math.Max(v.now, d)
+				send(d)
+			}
+		} else {
+			issue() // every client fails at once until they give up
+		}
 		if next == len(bodies) {
 			err = nil
 		}
 	}
 	res.DurationS = v.now - start
+	if open && len(offsets) > 0 {
+		res.DurationS -= offsets[0]
+	}
 	return res, err
 }
 

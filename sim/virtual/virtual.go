@@ -265,6 +265,44 @@ func (s *Server) ClosedLoop(ctx context.Context, bodies [][]byte, conc int, hang
 		return objective.LoopResult{}, fmt.Errorf("%w (status %d)", ErrExited, s.exit)
 	}
 	lr, err := s.v.ClosedLoop(bodies, conc, hang.Seconds(), collect)
+	return s.result(lr, err)
+}
+
+// OpenLoop implements objective.OpenLooper on the virtual clock: bodies[k]
+// arrives offsets[k] after the start, whatever is in flight.
+func (s *Server) OpenLoop(ctx context.Context, bodies [][]byte, offsets []time.Duration, hang time.Duration, collect bool) (objective.LoopResult, error) {
+	if err := ctx.Err(); err != nil {
+		return objective.LoopResult{}, err
+	}
+	if s.exited {
+		return objective.LoopResult{}, fmt.Errorf("%w (status %d)", ErrExited, s.exit)
+	}
+	offs := make([]float64, len(offsets))
+	for i, o := range offsets {
+		offs[i] = o.Seconds()
+	}
+	lr, err := s.v.OpenLoop(bodies, offs, hang.Seconds(), collect)
+	out, err := s.result(lr, err)
+	// Virtual time sends on time: StartS is the scheduled send. The noise
+	// factor scales what the server did (TTFT, latency, ITLs), not the
+	// schedule, so the duration is taken again from the unscaled sends.
+	var end time.Duration
+	for i := range out.Exchanges {
+		rec := &out.Exchanges[i].Record
+		rec.StartS, rec.ScheduledS = offs[i], offs[i]
+		end = max(end, offsets[i]+seconds(rec.Latency))
+	}
+	if len(out.Exchanges) > 0 {
+		out.Duration = end - offsets[0]
+	}
+	return out, err
+}
+
+var _ objective.OpenLooper = (*Server)(nil)
+
+// result converts a loop of the virtual server, scaled by the
+// measurement noise, and maps its errors to objective's.
+func (s *Server) result(lr sim.LoopResult, err error) (objective.LoopResult, error) {
 	scale := 1.0 // time is divided by the noise factor
 	if s.noise != nil {
 		// Log-normal with mean 1 and coefficient of variation cv.

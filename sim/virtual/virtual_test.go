@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sgtune/sgtune/launcher"
 	"github.com/sgtune/sgtune/objective"
@@ -253,5 +254,77 @@ func TestDraws(t *testing.T) {
 	}
 	if sd := math.Sqrt(ss / float64(len(logs)-1)); sd < 0.08 || sd > 0.17 || math.Abs(m) > 0.06 {
 		t.Errorf("noise over %d repeats: mean log %.3f sd %.3f, want about 0 and 0.12", len(logs), m, sd)
+	}
+}
+
+// TestOpenLoop: arrivals on a schedule in virtual time. At 2 req/s the
+// server keeps up (TTFT stays small); at 200 req/s it falls behind and the
+// TTFT of the last arrivals, counted from their schedule, grows.
+func TestOpenLoop(t *testing.T) {
+	body := []byte(`{"model":"zai-org/GLM-5.3-Flash","messages":[{"role":"user","content":"hello there"}],"max_tokens":64,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`)
+	run := func(rate float64, n int) objective.LoopResult {
+		t.Helper()
+		srv, err := Start(t.Context(), argv(""), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		offs, err := objective.Arrivals(n, rate, 1, 9)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies := make([][]byte, n)
+		for i := range bodies {
+			bodies[i] = body
+		}
+		// Warm every batch size first: the first batches after a launch
+		// are cold (seed 000: r1 TTFT 11-14 s).
+		for conc := 1; conc <= 64; conc *= 2 {
+			if _, err := srv.ClosedLoop(t.Context(), bodies[:min(conc, n)], conc, 30*time.Second, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		lr, err := srv.OpenLoop(t.Context(), bodies, offs, 30*time.Second, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lr.Issued != n || lr.Completed != n || len(lr.Exchanges) != n {
+			t.Fatalf("rate %g: issued %d, completed %d, %d exchanges of %d", rate, lr.Issued, lr.Completed, len(lr.Exchanges), n)
+		}
+		var end float64
+		for i, x := range lr.Exchanges {
+			r := x.Record
+			if r.ScheduledS != offs[i].Seconds() || r.StartS != r.ScheduledS || r.SendLagS != 0 || !r.OK || r.TTFT <= 0 || r.Latency < r.TTFT {
+				t.Fatalf("rate %g: exchange %d %+v, scheduled %v", rate, i, r, offs[i])
+			}
+			end = max(end, r.ScheduledS+r.Latency)
+		}
+		if d := lr.Duration.Seconds(); math.Abs(d-end) > 1e-6 {
+			t.Errorf("rate %g: duration %.3f s, last end %.3f s", rate, d, end)
+		}
+		return lr
+	}
+	ttft := func(xs []objective.Exchange) float64 {
+		var s float64
+		for _, x := range xs {
+			s += x.Record.TTFT
+		}
+		return s / float64(len(xs))
+	}
+	slow := run(2, 20)
+	if m := ttft(slow.Exchanges); m > 0.5 {
+		t.Errorf("2 req/s: mean TTFT %.3f s, want small", m)
+	}
+	fast := run(200, 400)
+	first, last := ttft(fast.Exchanges[:100]), ttft(fast.Exchanges[300:])
+	t.Logf("2 req/s: mean TTFT %.3f s, duration %v; 200 req/s: mean TTFT %.3f s first quarter, %.3f s last, duration %v",
+		ttft(slow.Exchanges), slow.Duration, first, last, fast.Duration)
+	if last < 2*first || fast.Duration < 4*time.Second {
+		t.Errorf("200 req/s: TTFT %.3f -> %.3f s, duration %v: want a growing backlog", first, last, fast.Duration)
+	}
+	again := run(200, 400)
+	for i := range fast.Exchanges {
+		if fast.Exchanges[i].Record != again.Exchanges[i].Record {
+			t.Fatalf("exchange %d differs between two runs", i)
+		}
 	}
 }
