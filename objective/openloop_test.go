@@ -131,6 +131,36 @@ func TestOpenLoopStall(t *testing.T) {
 	}
 }
 
+// TestClosedLoopHidesStall is the contrast to TestOpenLoopStall: two
+// closed-loop workers meet the same 2 s stall, but only the two requests
+// they had in flight wait through it; the rest are simply not sent while
+// the server is silent, so the TTFT percentiles barely see it.
+func TestClosedLoopHidesStall(t *testing.T) {
+	ss := &stallServer{srv: &fakesse.Server{TokenInterval: time.Millisecond}, from: 300 * time.Millisecond, d: 2 * time.Second}
+	ts := httptest.NewServer(ss)
+	defer ts.Close()
+	c := newClient(Target{URL: ts.URL}, 64)
+	defer c.close()
+	ss.arm()
+	b, err := c.closedLoop(context.Background(), openBodies(t, 1500, 2), 2, 10*time.Second, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, recs := b.point("", 2, 1, 0)
+	stalled := 0
+	for _, r := range recs {
+		if r.Latency > 1 {
+			stalled++
+		}
+	}
+	t.Logf("closed loop C2: %d requests in %.2f s, %d with latency > 1 s; TTFT p50 %.4f p99 %.4f s, latency p99 %.4f s",
+		p.Completed, p.DurationS, stalled, p.TTFT.P50, p.TTFT.P99, p.Latency.P99)
+	if p.Completed != 1500 || p.DurationS < 2 || stalled > 2 || p.TTFT.P99 > 0.5 || p.Latency.P99 > 0.5 {
+		t.Errorf("%d completed in %.2f s, %d stalled, TTFT p99 %.3f s, latency p99 %.3f s: want the stall met and hidden",
+			p.Completed, p.DurationS, stalled, p.TTFT.P99, p.Latency.P99)
+	}
+}
+
 // TestOpenLoopHang: a server that sends nothing trips the watchdog even
 // though new requests keep being sent (a send is not progress).
 func TestOpenLoopHang(t *testing.T) {
@@ -181,7 +211,7 @@ func TestOpenLoopHealthy(t *testing.T) {
 func TestOpenLoopCannotKeepUp(t *testing.T) {
 	c := newClient(fake(t, &fakesse.Server{RunLimit: 1, TokenInterval: 10 * time.Millisecond}), 64)
 	defer c.close()
-	offs, _ := Arrivals(40, 20, 1, 5)
+	offs, _ := Arrivals(40, 20, 100, 5) // nearly even gaps: offered about 20 req/s
 	b, err := c.openLoop(context.Background(), openBodies(t, 40, 10), offs, 10*time.Second, false)
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +318,7 @@ func TestOpenFigures(t *testing.T) {
 			}
 			p := Point{Completed: 5, DurationS: tc.duration, RequestsPerS: 5 / tc.duration}
 			openFigures(&p, sched, recs)
-			t.Logf("%+v", p)
+			t.Logf("in flight %g -> %g, behind %q", p.InFlightFirstHalf, p.InFlightSecondHalf, p.Behind)
 			if p.OfferedRateS != 1 || p.MaxInFlight != tc.maxIn || *p.KeptUp != tc.kept || (p.Behind == "") != tc.kept {
 				t.Errorf("offered %g, max in flight %d (want %d), kept up %v (want %v): %s", p.OfferedRateS, p.MaxInFlight, tc.maxIn, *p.KeptUp, tc.kept, p.Behind)
 			}
