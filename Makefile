@@ -10,7 +10,7 @@ export GOFLAGS := $(if $(SQLITE_TAG),-tags=$(SQLITE_TAG)) -buildvcs=false
 # The study files name their engines as commands on PATH (sglang-sim here).
 export PATH := $(CURDIR)/bin:$(PATH)
 
-.PHONY: all build test demo demo-cluster lint soak calibrate bench-loadgen bench-search clean report-check export-check llama-server test-containers
+.PHONY: all build test demo demo-cluster lint soak calibrate bench-loadgen bench-search clean report-check export-check llama-server test-containers traffic-check
 
 all: build
 
@@ -123,6 +123,16 @@ test-llama: build
 # containers_left=N max_on_one_group=M disjoint_devices=yes|no missing_image_exit=C
 test-containers: build
 	bash scripts/test-containers.sh
+
+# Workloads shaped like real traffic, on the simulator (about 4 minutes):
+# testdata/studies/rate-sim.yaml (the highest request rate within a TTFT
+# p99 SLO, open-loop Poisson probes of ShareGPT-format requests) and its
+# report's rate plots; the radix cache on and off on a shared 2,000-token
+# system prompt and on unique prompts (prefix-sim.yaml); an open-loop level
+# against a server stalled 2 s. Outputs in out/traffic-check. Last line:
+# max_rate_winner=R radix_gain_shared=G1 radix_gain_unique=G2 stall_in_p99=yes|no
+traffic-check: build
+	bash scripts/traffic-check.sh
 
 clean:
 	rm -rf bin sgtune.db sgtune.db-* best-launch.sh sgtune-logs out

@@ -204,6 +204,29 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 			}
 		}
 	}
+	if rs := spec.RateSearch; rs != nil {
+		if len(spec.Concurrency) == 0 && *spec.Warmup {
+			// No level warmed the server up: one short closed-loop wave.
+			n := min(rs.Requests, 16)
+			bodies, err := synth(n, 0, n, min(spec.MaxTokens, 32))
+			if err != nil {
+				return err
+			}
+			b, err := c.closedLoop(ctx, bodies, n, hang, false)
+			wp, _ := b.point("warmup", n, 0, 0)
+			res.Warmup = append(res.Warmup, wp)
+			if err != nil {
+				return fmt.Errorf("warm-up before the rate search: %w", err)
+			}
+		}
+		seed := uint64(0)
+		if spec.Source != nil {
+			seed = spec.Source.Seed
+		}
+		if err := runRateSearch(ctx, c, *rs, seed, hang, opt, res, synth, spec.MaxTokens); err != nil {
+			return fmt.Errorf("rate search: %w", err)
+		}
+	}
 	if cs := spec.CapacitySearch; cs != nil {
 		measure := func(conc, n int) (Point, error) {
 			if *spec.Warmup {

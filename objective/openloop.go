@@ -18,18 +18,18 @@ package objective
 //     client. RequestRecord keeps both: StartS (actual send), ScheduledS,
 //     and SendLagS = StartS - ScheduledS.
 //   - The point's DurationS runs from the first scheduled send to the end
-//     of the last request; AchievedRateS = completed / DurationS, and
-//     OfferedRateS = (requests - 1) / (the schedule's span).
+//     of the last request. OfferedRateS = (requests - 1) / (the
+//     schedule's span); AchievedRateS = (completed - 1) / (the span of
+//     the completions), the rate the answers came back at: a server that
+//     keeps up answers at the schedule's pace, shifted by its latency,
+//     whatever the level's length.
 //   - In flight counts a request from its scheduled send to its end; the
 //     point reports the maximum and the time-averaged count over each half
 //     of the schedule's span. KeptUp is false when the achieved rate is
-//     below keptUpRate of the offered one or the in-flight count grew
-//     through the level (second half > inFlightGrowth x first half, and by
-//     at least one request). A level much shorter than a request's
-//     latency reads as behind by the first test: its last answers arrive
-//     after the schedule ends, which the achieved rate counts, so make a
-//     level last many latencies (AchievedRateS is about OfferedRateS x
-//     span / (span + latency)).
+//     below keptUpRate of the offered one or the mean TTFT grew through
+//     the level (requests scheduled in the second half waited more than
+//     ttftGrowth x as long as those of the first, and by more than a
+//     twentieth of the span: a backlog).
 //   - It stops sending early, like closedLoop, when ctx is done, when the
 //     hang watchdog fires (no token for hang while requests are in
 //     flight; a new send is not progress), or after openGiveUp failures
@@ -59,11 +59,15 @@ const openLoopCap = 4096
 // workers, at least 8).
 const openGiveUp = 8
 
-// keptUpRate and inFlightGrowth are the thresholds of the kept-up verdict
+// keptUpRate and ttftGrowth are the thresholds of the kept-up verdict
 // (see Point.KeptUp).
 const (
-	keptUpRate     = 0.95
-	inFlightGrowth = 1.5
+	// The achieved rate of a short level reads its answers' spread of
+	// latencies too (a hundred requests with output lengths drawn from a
+	// dataset move it by a tenth and more): only a gross shortfall counts,
+	// and a backlog shows in the latency growth first.
+	keptUpRate = 0.8
+	ttftGrowth = 1.5
 )
 
 // openLoop sends bodies[k] at start+offsets[k] (offsets non-decreasing,
@@ -179,6 +183,21 @@ func openFigures(p *Point, schedule []time.Duration, recs []RequestRecord) {
 		}
 	}
 	p.AchievedRateS = p.RequestsPerS
+	first, last, done := 0.0, 0.0, 0
+	for _, r := range recs {
+		if !r.OK {
+			continue
+		}
+		end := r.ScheduledS + r.Latency
+		if done == 0 || end < first {
+			first = end
+		}
+		last = max(last, end)
+		done++
+	}
+	if done >= 2 && last > first {
+		p.AchievedRateS = float64(done-1) / (last - first)
+	}
 	type edge struct {
 		t     float64
 		delta int
@@ -216,8 +235,50 @@ func openFigures(p *Point, schedule []time.Duration, recs []RequestRecord) {
 		behind = append(behind, fmt.Sprintf("achieved %.3g req/s < %.0f%% of offered %.3g req/s",
 			p.AchievedRateS, 100*keptUpRate, p.OfferedRateS))
 	}
-	if a, z := p.InFlightFirstHalf, p.InFlightSecondHalf; z > inFlightGrowth*a && z-a >= 1 {
-		behind = append(behind, fmt.Sprintf("in flight grew from %.3g to %.3g on average (first to second half of the schedule)", a, z))
+	if len(schedule) >= 2 {
+		// A backlog shows as a wait that grows through the level: the
+		// requests scheduled in its second half waited longer for their
+		// first token (from the schedule) than those of the first, by more
+		// than a twentieth of the level's span. TTFT, not latency: a
+		// latency is mostly its output's length, which a dataset draws
+		// per request; and not the in-flight count, which follows the
+		// arrivals' own fluctuation.
+		// The first window starts once the server had one typical
+		// latency to fill its batch (at most a quarter of the level):
+		// requests that found it empty are faster without any backlog.
+		lo, hi := schedule[0].Seconds(), schedule[len(schedule)-1].Seconds()
+		mid := (lo + hi) / 2
+		var lats []float64
+		for _, r := range recs {
+			if r.OK {
+				lats = append(lats, r.Latency)
+			}
+		}
+		ramp := 0.0
+		if len(lats) > 0 {
+			slices.Sort(lats)
+			ramp = min(lats[len(lats)/2], (hi-lo)/4)
+		}
+		var sum [2]float64
+		var n [2]int
+		for _, r := range recs {
+			if !r.OK || r.ScheduledS < lo+ramp {
+				continue
+			}
+			h := 0
+			if r.ScheduledS >= mid {
+				h = 1
+			}
+			sum[h] += r.TTFT
+			n[h]++
+		}
+		if n[0] > 0 && n[1] > 0 && sum[0] > 0 {
+			a, z := sum[0]/float64(n[0]), sum[1]/float64(n[1])
+			p.TTFTGrowth = z / a
+			if z > ttftGrowth*a && z-a > (hi-lo)/20 {
+				behind = append(behind, fmt.Sprintf("mean TTFT grew from %.3g s to %.3g s (first to second half of the schedule)", a, z))
+			}
+		}
 	}
 	kept := len(behind) == 0
 	p.KeptUp = &kept

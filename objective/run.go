@@ -31,6 +31,10 @@ type Options struct {
 	// every point measured so far in the Result. Multi-fidelity pruning
 	// stops a trial that cannot come near the best this way.
 	AfterLevel func(conc int, points []Point) error
+	// RateFloor, when > 0, prunes a rate search (RateSearch): a probe at
+	// or below it that fails ends the search with ErrRatePruned. The
+	// search sets it to half the best max_rate found so far.
+	RateFloor float64
 	// MaxRunning, when > 0, is how many requests the server runs at once
 	// (per its startup facts): a warm-up wave has to reach
 	// min(concurrency, MaxRunning) requests decoding together.
@@ -253,7 +257,11 @@ func (w Workload) WithDefaults() Workload {
 		w.HangTimeout = DefaultHangTimeout.Seconds()
 	}
 	ch := &w.Chat
-	if len(ch.Concurrency) == 0 {
+	if rs := ch.RateSearch; rs != nil {
+		d := rs.WithDefaults()
+		ch.RateSearch = &d
+	}
+	if len(ch.Concurrency) == 0 && ch.RateSearch == nil {
 		ch.Concurrency = []int{1, 16, 64, 128}
 		if len(ch.Requests) == 0 {
 			ch.Requests = []int{8, 32, 256, 512}
@@ -336,6 +344,13 @@ func (w Workload) Validate() error {
 		}
 		if ch.MaxTokens < 1 || ch.Repeats < 1 || ch.PromptTokens < 1 {
 			return bad("chat: max_tokens, repeats and prompt_tokens must be >= 1")
+		}
+		if rs := ch.RateSearch; rs != nil {
+			if msg := rs.WithDefaults().Check(); msg != "" {
+				return bad("chat: rate_search: %s", msg)
+			}
+		} else if len(ch.Concurrency) == 0 {
+			return bad("chat: no concurrency levels and no rate_search: nothing to measure")
 		}
 		if cs := ch.CapacitySearch; cs != nil {
 			if len(cs.SLO) == 0 || cs.MaxProbes < 0 {

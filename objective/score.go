@@ -45,6 +45,9 @@ func Score(spec ScoreSpec, r *Result) (value float64, ok bool, reason string) {
 			}
 		}
 	}
+	if spec.Metric == MetricMaxRate {
+		return maxRate(spec, r)
+	}
 	levels, ctxLen := scoredLevels(r, spec.Context)
 	if len(levels) == 0 {
 		return 0, false, "no measured points"
@@ -90,9 +93,9 @@ func Score(spec ScoreSpec, r *Result) (value float64, ok bool, reason string) {
 // Validate reports a score spec Score cannot use.
 func (s ScoreSpec) Validate() error {
 	switch s.Metric {
-	case "", MetricOutputTokS, MetricGoodput, MetricCapacity:
+	case "", MetricOutputTokS, MetricGoodput, MetricCapacity, MetricMaxRate:
 	default:
-		return fmt.Errorf("score: metric %q: want output_tok_s, goodput or capacity", s.Metric)
+		return fmt.Errorf("score: metric %q: want output_tok_s, goodput, capacity or max_rate", s.Metric)
 	}
 	if s.Concurrency < 0 {
 		return fmt.Errorf("score: concurrency %d < 0", s.Concurrency)

@@ -52,6 +52,10 @@ type ChatSpec struct {
 	// length distributions, a shared system prompt, conversations; nil
 	// sends synthetic prompts of PromptTokens.
 	Source *SourceSpec `yaml:"source" json:"source,omitempty"`
+	// RateSearch, when set, finds the highest request rate within the SLO
+	// with open-loop probes after the concurrency levels (which may then
+	// be left out); score.metric max_rate scores it.
+	RateSearch *RateSearch `yaml:"rate_search" json:"rate_search,omitempty"`
 	// CapacitySearch, when set, bisects between the measured levels after
 	// the sweep, while the server is up, for the highest concurrency that
 	// still meets its SLO (points with Phase "capacity").
@@ -144,10 +148,13 @@ type Point struct {
 	// Open-loop points (requests sent at scheduled times whatever the
 	// server does; see openloop.go); absent from closed-loop points.
 	// OfferedRateS is the schedule's rate: (requests - 1) / (last - first
-	// scheduled send), the inverse of its mean gap. AchievedRateS is
-	// completed requests / DurationS, which runs from the first scheduled
-	// send to the end of the last request (so it is RequestsPerS).
-	OfferedRateS  float64 `json:"offered_rate_s,omitempty"`
+	// scheduled send), the inverse of its mean gap. AchievedRateS is the
+	// rate the answers came back at: (completed - 1) / (last - first
+	// completion).
+	OfferedRateS float64 `json:"offered_rate_s,omitempty"`
+	// Rate is the rate an open-loop probe was scheduled at (requests/s;
+	// the rate search's level); OfferedRateS is what its draws came to.
+	Rate          float64 `json:"rate,omitempty"`
 	AchievedRateS float64 `json:"achieved_rate_s,omitempty"`
 	// MaxInFlight is the most requests outstanding at once, each counted
 	// from its scheduled send to its end. InFlightFirstHalf and
@@ -163,12 +170,14 @@ type Point struct {
 	// the in-flight safety cap was reached.
 	SendLagMaxS float64 `json:"send_lag_max_s,omitempty"`
 	// KeptUp is the verdict on an open-loop point (nil for closed-loop
-	// ones): false when AchievedRateS < 95% of OfferedRateS or the
-	// in-flight count grew through the level (second-half mean more than
-	// 1.5 x the first half's and by at least one request). Behind says
-	// which, with the figures.
-	KeptUp *bool  `json:"kept_up,omitempty"`
-	Behind string `json:"behind,omitempty"`
+	// ones): false when AchievedRateS < 80% of OfferedRateS or the mean
+	// TTFT grew through the level (TTFTGrowth above 1.5, by more than a
+	// twentieth of the level's span). Behind says which, with the figures.
+	KeptUp *bool `json:"kept_up,omitempty"`
+	// TTFTGrowth is the mean TTFT of the requests scheduled in the second
+	// half of the level over the first half's (a backlog grows it).
+	TTFTGrowth float64 `json:"ttft_growth,omitempty"`
+	Behind     string  `json:"behind,omitempty"`
 	// Note says why a point has its status (matrix), why it failed, or
 	// that it may be cold (its warm-up never reached the full batch).
 	Note string `json:"note,omitempty"`
@@ -268,7 +277,8 @@ type OverallAudit struct {
 
 // ScoreSpec says which single number a study maximises.
 type ScoreSpec struct {
-	// Metric: "output_tok_s" (default), "goodput" or "capacity".
+	// Metric: "output_tok_s" (default), "goodput", "capacity" or
+	// "max_rate".
 	Metric      string `yaml:"metric" json:"metric"`
 	Concurrency int    `yaml:"concurrency" json:"concurrency"` // target level for output_tok_s/goodput; 0 = highest measured
 	// Context picks the matrix row scored (0 = smallest measured context).

@@ -2,17 +2,22 @@ package report
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"image/color"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/sgtune/sgtune/objective"
 )
 
 // Colours beyond the line palette: verdicts in the scatter plots.
@@ -520,4 +525,131 @@ func paramText(params map[string]interface{}, name string) string {
 		return strconv.FormatFloat(f, 'g', -1, 64)
 	}
 	return fmt.Sprint(v)
+}
+
+// hasRateProbes reports whether any trial measured open-loop rate probes
+// (workload.chat.rate_search).
+func hasRateProbes(trials []Trial) bool {
+	for _, t := range trials {
+		for _, p := range t.Points {
+			if p.Phase == objective.PhaseRate {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// rateSLO is the SLO bound the rate plot draws: the first on TTFT or
+// latency, with its statistic's reader; ok is false without one.
+func rateSLO(slo []objective.SLO) (o objective.SLO, get func(objective.Point) float64, ok bool) {
+	for _, o := range slo {
+		pick := func(p objective.Point) objective.Stats { return p.TTFT }
+		switch o.Metric {
+		case "ttft":
+		case "latency":
+			pick = func(p objective.Point) objective.Stats { return p.Latency }
+		default:
+			continue
+		}
+		return o, func(p objective.Point) float64 { v, _ := pick(p).Get(o.Percentile); return v }, true
+	}
+	return objective.SLO{Metric: "ttft", Percentile: "p99"}, func(p objective.Point) float64 { return p.TTFT.P99 }, false
+}
+
+// ratePlot draws, for the top trials, the SLO's statistic (TTFT p99 by
+// default) of each rate probe against its offered rate, the SLO bound as a
+// line, and below each probe's achieved rate as a hollow mark on the same
+// x: a server that kept up has it on the dashed diagonal.
+func ratePlot(ranked []Trial, slo []objective.SLO) (*chart, error) {
+	o, get, withSLO := rateSLO(slo)
+	p := newPlot("Latency against offered rate (top trials)", "offered rate (requests/s)", fmt.Sprintf("%s %s (s)", strings.ToUpper(o.Metric), o.Percentile))
+	n := 0
+	maxX := 0.0
+	for _, t := range ranked {
+		var probes []objective.Point
+		for _, pt := range t.Points {
+			if pt.Phase == objective.PhaseRate && pt.OfferedRateS > 0 {
+				probes = append(probes, pt)
+			}
+		}
+		if len(probes) == 0 {
+			continue
+		}
+		slices.SortFunc(probes, func(a, b objective.Point) int { return cmp.Compare(a.OfferedRateS, b.OfferedRateS) })
+		var xy plotter.XYs
+		for _, pt := range probes {
+			xy = append(xy, plotter.XY{X: pt.OfferedRateS, Y: get(pt)})
+			maxX = max(maxX, pt.OfferedRateS)
+		}
+		line, points, err := plotter.NewLinePoints(xy)
+		if err != nil {
+			return nil, err
+		}
+		line.Color = palette[n%len(palette)]
+		line.Width = vg.Points(1.5)
+		points.Color = line.Color
+		points.Shape = draw.CircleGlyph{}
+		p.Add(line, points)
+		p.addLegend(fmt.Sprintf("trial %d", t.Number), line, points)
+		if n++; n == 5 {
+			break
+		}
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	if withSLO {
+		bound, err := plotter.NewLine(plotter.XYs{{X: 0, Y: o.Max}, {X: maxX * 1.05, Y: o.Max}})
+		if err != nil {
+			return nil, err
+		}
+		bound.Color = color.RGBA{R: 200, A: 255}
+		bound.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		p.Add(bound)
+		p.addLegend(fmt.Sprintf("SLO: %s %s <= %g s", o.Metric, o.Percentile, o.Max), bound)
+	}
+	p.X.Min = 0
+	pad(&p.Y, 0.05)
+	return p, nil
+}
+
+// achievedPlot draws each top trial's achieved rate against the offered
+// one for its rate probes, with the diagonal a server that keeps up lies
+// on.
+func achievedPlot(ranked []Trial) (*chart, error) {
+	p := newPlot("Achieved against offered rate (top trials)", "offered rate (requests/s)", "achieved rate (requests/s)")
+	n := 0
+	maxX := 0.0
+	for _, t := range ranked {
+		var xy plotter.XYs
+		for _, pt := range t.Points {
+			if pt.Phase == objective.PhaseRate && pt.OfferedRateS > 0 {
+				xy = append(xy, plotter.XY{X: pt.OfferedRateS, Y: pt.AchievedRateS})
+				maxX = max(maxX, pt.OfferedRateS, pt.AchievedRateS)
+			}
+		}
+		if len(xy) == 0 {
+			continue
+		}
+		if err := addScatter(p, xy, palette[n%len(palette)], draw.CircleGlyph{}, fmt.Sprintf("trial %d", t.Number)); err != nil {
+			return nil, err
+		}
+		if n++; n == 5 {
+			break
+		}
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	diag, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 0}, {X: maxX * 1.05, Y: maxX * 1.05}})
+	if err != nil {
+		return nil, err
+	}
+	diag.Color = color.Gray{Y: 120}
+	diag.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(diag)
+	p.addLegend("kept up (achieved = offered)", diag)
+	p.X.Min, p.Y.Min = 0, 0
+	return p, nil
 }

@@ -105,6 +105,8 @@ type Study struct {
 	// ScoreContext is the matrix row the score reads (0: the smallest
 	// context with a measured decode cell).
 	ScoreContext int
+	// SLO is the score's; the rate plot draws its TTFT or latency bound.
+	SLO []objective.SLO
 	// Confirmations are the winner's and runners-up's reruns, best first.
 	Confirmations []Confirmation
 	// Verdict says how the study declared its winner from them.
@@ -120,6 +122,8 @@ const (
 	plotThroughput = "throughput.svg"
 	plotTTFT       = "ttft-p99.svg"
 	plotPareto     = "pareto.svg"
+	plotRate       = "rate.svg"
+	plotAchieved   = "rate-achieved.svg"
 )
 
 // WriteReport writes index.html, report.md and their SVG plots into dir.

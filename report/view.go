@@ -425,6 +425,12 @@ func (v *view) plotSpecs() []plotSpec {
 				return levelPlot(v.Ranked, "TTFT p99 by concurrency (top trials)", "TTFT p99 (s)", func(l Level) float64 { return l.TTFTP99 })
 			}},
 	}
+	if hasRateProbes(st.Trials) {
+		specs = append([]plotSpec{{file: plotRate, alt: "Latency against offered request rate, with the SLO and the achieved rate", group: "main",
+			w: 5.2 * vg.Inch, h: 3.4 * vg.Inch, draw: func() (*chart, error) { return ratePlot(v.Ranked, st.SLO) }},
+			{file: plotAchieved, alt: "Achieved against offered request rate", group: "main",
+				w: 5.2 * vg.Inch, h: 3.4 * vg.Inch, draw: func() (*chart, error) { return achievedPlot(v.Ranked) }}}, specs...)
+	}
 	for _, n := range v.ParamNames {
 		n := n
 		specs = append(specs, plotSpec{file: "effect-" + fileSafe(n) + ".svg", alt: "Score by " + n, group: "effect",

@@ -675,8 +675,19 @@ func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs ma
 	if why := limitsReduced(facts, r.st.OnLimitsReduced); why != "" {
 		return nil, nil, why, "", nil
 	}
+	// A rate search stops a config that fails at half the best max_rate
+	// so far (multi-fidelity, as the levels' pruning does for tok/s).
+	floor := 0.0
+	if r.st.Score.Metric == objective.MetricMaxRate && t.confirmOf == nil && r.st.Budget.Prune.Rule != "off" {
+		r.mu.Lock()
+		if r.best != nil {
+			floor = *r.best / 2
+		}
+		r.mu.Unlock()
+	}
 	res, merr = srv.Measure(ctx, r.st.Workload, objective.Options{
 		MaxRunning: facts.MaxRunningRequests,
+		RateFloor:  floor,
 		Progress: func(line string) {
 			r.emit(Event{Kind: EventPoint, Trial: t.number, Text: fmt.Sprintf("trial %d   %s", t.number, line)})
 		},
@@ -716,6 +727,9 @@ func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs ma
 	}
 	if pruned != "" && errors.Is(merr, errPruned) {
 		return res, merr, "", pruned, nil
+	}
+	if errors.Is(merr, objective.ErrRatePruned) {
+		return res, merr, "", merr.Error(), nil
 	}
 	return res, merr, "", "", nil
 }

@@ -1237,11 +1237,13 @@ func (d *dec) workload(st *Study, top *mapNode) {
 		m.failKey("hang_timeout_s", "%v; valid: seconds >= 0 (0 = default)", w.HangTimeout)
 	}
 	c := d.mapping(m.node("chat"), "workload.chat", "concurrency", "requests", "max_tokens", "repeats", "warmup",
-		"prompt_tokens", "prompts_file", "reuse_prompts", "ignore_eos", "capacity_search", "source")
+		"prompt_tokens", "prompts_file", "reuse_prompts", "ignore_eos", "capacity_search", "source", "rate_search")
 	ch := &w.Chat
 	ch.MaxTokens, ch.Repeats = DefaultMaxTokens, DefaultRepeats
 	hasC, hasR := c.intList("concurrency", &ch.Concurrency), c.intList("requests", &ch.Requests)
 	switch {
+	case !c.has("concurrency") && !c.has("requests") && c.has("rate_search"):
+		// Open-loop probes only.
 	case !c.has("concurrency") && !c.has("requests"):
 		ch.Concurrency = slices.Clone(DefaultConcurrency)
 		ch.Requests = slices.Clone(DefaultRequests)
@@ -1289,6 +1291,9 @@ func (d *dec) workload(st *Study, top *mapNode) {
 	}
 	c.bool("reuse_prompts", &ch.ReusePrompts)
 	c.bool("ignore_eos", &ch.IgnoreEOS)
+	if c.has("rate_search") {
+		ch.RateSearch = d.rateSearch(c)
+	}
 	if c.has("source") {
 		ch.Source = d.source(st, c)
 		if ch.PromptsFile != "" {
@@ -1407,6 +1412,36 @@ func (d *dec) source(st *Study, c *mapNode) *objective.SourceSpec {
 	return src
 }
 
+// rateSearch decodes workload.chat.rate_search; its SLO is the score's,
+// set once the score is read.
+func (d *dec) rateSearch(c *mapNode) *objective.RateSearch {
+	m := d.mapping(c.node("rate_search"), "workload.chat.rate_search", "start", "max", "requests", "tolerance",
+		"arrival", "burstiness", "max_probes")
+	rs := &objective.RateSearch{}
+	for _, f := range []struct {
+		key string
+		dst *float64
+	}{{"start", &rs.Start}, {"max", &rs.Max}, {"tolerance", &rs.Tolerance}, {"burstiness", &rs.Burstiness}} {
+		if m.float(f.key, f.dst) && *f.dst <= 0 {
+			m.failKey(f.key, "%v; valid: a number > 0", *f.dst)
+		}
+	}
+	if m.int("requests", &rs.Requests) && rs.Requests < 1 {
+		m.failKey("requests", "%d; valid: an integer >= 8", rs.Requests)
+	}
+	if m.int("max_probes", &rs.MaxProbes) && rs.MaxProbes < 1 {
+		m.failKey("max_probes", "%d; valid: an integer >= 1 (default 16)", rs.MaxProbes)
+	}
+	m.str("arrival", &rs.Arrival)
+	if m.has("burstiness") && rs.Arrival != "gamma" {
+		m.failKey("burstiness", "set with arrival %q; valid: arrival: gamma with it (poisson has burstiness 1)", cmp.Or(rs.Arrival, "poisson"))
+	}
+	if msg := rs.WithDefaults().Check(); msg != "" {
+		m.failKey("start", "%s; valid: start <= max, requests >= 8, tolerance < 1, arrival poisson or gamma", msg)
+	}
+	return rs
+}
+
 // contextLimit is the context length a study fixes, with its flag, when
 // it fixes one (SGLang's --context-length, vLLM's --max-model-len).
 func contextLimit(st *Study) (string, int) {
@@ -1446,7 +1481,7 @@ func (d *dec) score(st *Study, top *mapNode) {
 	s := &st.Score
 	m := d.mapping(top.node("score"), "score", "metric", "concurrency", "slo", "context")
 	s.Metric = "output_tok_s"
-	valid := []string{"output_tok_s", "goodput", "capacity"}
+	valid := []string{"output_tok_s", "goodput", "capacity", "max_rate"}
 	if m.str("metric", &s.Metric) && !slices.Contains(valid, s.Metric) {
 		m.failKey("metric", "%q (did you mean %s?); valid: %s", s.Metric, engine.Nearest(s.Metric, valid), strings.Join(valid, ", "))
 	}
@@ -1456,7 +1491,9 @@ func (d *dec) score(st *Study, top *mapNode) {
 	}
 	if m.int("concurrency", &s.Concurrency) {
 		// No levels: the workload's own error says why; do not add one.
-		if s.Metric != "capacity" && len(levels) > 0 && !slices.Contains(levels, s.Concurrency) {
+		if s.Metric == "max_rate" {
+			m.failKey("concurrency", "set with metric max_rate, which scores open-loop rates; valid: leave it out")
+		} else if s.Metric != "capacity" && len(levels) > 0 && !slices.Contains(levels, s.Concurrency) {
 			m.failKey("concurrency", "%d is not a measured level; valid: one of %v", s.Concurrency, levels)
 		}
 	} else if len(levels) > 0 {
@@ -1466,6 +1503,19 @@ func (d *dec) score(st *Study, top *mapNode) {
 		}
 	}
 	s.SLO = d.sloList(m, "score")
+	if s.Metric == "max_rate" {
+		switch {
+		case st.Workload.Kind != "chat":
+			m.failKey("metric", "max_rate with workload.kind %s; valid: a chat workload (its rate_search)", st.Workload.Kind)
+		case st.Workload.Chat.RateSearch == nil:
+			m.failKey("metric", "max_rate without workload.chat.rate_search; valid: rate_search: {start: 1} (the rates probed) in workload.chat")
+		case len(s.SLO) == 0:
+			m.failKey("metric", "max_rate without score.slo; valid: an SLO the rate must hold, e.g. slo: [{metric: ttft, percentile: p99, max_s: 1}]")
+		}
+	}
+	if rs := st.Workload.Chat.RateSearch; rs != nil {
+		rs.SLO = s.SLO
+	}
 	if m.int("context", &s.Context) && st.Workload.Kind == "matrix" && !slices.Contains(st.Workload.Matrix.Contexts, s.Context) {
 		m.failKey("context", "%d is not a measured context; valid: one of %v", s.Context, st.Workload.Matrix.Contexts)
 	}

@@ -86,6 +86,7 @@ func (d *studyData) reportStudy(storagePath string) (report.Study, error) {
 	if s, ok := d.scoreSpec(); ok {
 		st.Score, st.ScoreUnit = specText(s), scoreUnit(s)
 		st.ScoreContext = s.Context
+		st.SLO = s.SLO
 	}
 	points, err := d.store.StudyPoints(d.id)
 	if err != nil {

@@ -133,12 +133,13 @@ func (d *studyData) scoredConcurrency() int {
 // specText describes the stored score spec for a reader.
 func specText(s objective.ScoreSpec) string {
 	metric := map[string]string{"": "output tok/s", objective.MetricOutputTokS: "output tok/s",
-		objective.MetricGoodput: "goodput tok/s", objective.MetricCapacity: "highest concurrency"}[s.Metric]
+		objective.MetricGoodput: "goodput tok/s", objective.MetricCapacity: "highest concurrency",
+		objective.MetricMaxRate: "highest request rate"}[s.Metric]
 	if metric == "" {
 		metric = s.Metric
 	}
 	switch {
-	case s.Metric == objective.MetricCapacity:
+	case s.Metric == objective.MetricCapacity, s.Metric == objective.MetricMaxRate:
 	case s.Concurrency > 0:
 		metric += fmt.Sprintf(" at c=%d", s.Concurrency)
 	default:
@@ -159,6 +160,8 @@ func scoreUnit(s objective.ScoreSpec) string {
 		return "goodput tok/s"
 	case objective.MetricCapacity:
 		return "concurrent requests"
+	case objective.MetricMaxRate:
+		return "requests/s"
 	}
 	return ""
 }
