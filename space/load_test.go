@@ -719,3 +719,37 @@ func TestLoadSource(t *testing.T) {
 		})
 	}
 }
+
+// workload.chat.rate_search with score.metric max_rate: the probes take
+// the score's SLO; the concurrency levels may be left out.
+func TestLoadRateSearch(t *testing.T) {
+	doc := func(chat, score string) string {
+		return base + "workload:\n  chat:\n" + chat + "score:\n" + score
+	}
+	slo := "  slo: [{metric: ttft, percentile: p99, max_s: 1}]\n"
+	st, err := Parse("t.yaml", []byte(doc("    rate_search: {start: 2, requests: 32}\n", "  metric: max_rate\n"+slo)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := st.Workload.Chat.RateSearch
+	if rs == nil || rs.Start != 2 || len(rs.SLO) != 1 || len(st.Workload.Chat.Concurrency) != 0 {
+		t.Fatalf("rate search %+v, levels %v", rs, st.Workload.Chat.Concurrency)
+	}
+	tests := []struct{ name, doc, want string }{
+		{"max_rate without rate_search", doc("    concurrency: [1]\n    requests: [8]\n", "  metric: max_rate\n"+slo), "score.metric: max_rate without workload.chat.rate_search"},
+		{"max_rate without slo", doc("    rate_search: {}\n", "  metric: max_rate\n"), "max_rate without score.slo"},
+		{"concurrency with max_rate", doc("    rate_search: {}\n", "  metric: max_rate\n  concurrency: 8\n"+slo), "score.concurrency: set with metric max_rate"},
+		{"bad arrival", doc("    rate_search: {arrival: uniform}\n", "  metric: max_rate\n"+slo), `arrival "uniform"; valid: poisson or gamma`},
+		{"burstiness without gamma", doc("    rate_search: {burstiness: 0.5}\n", "  metric: max_rate\n"+slo), "burstiness: set with arrival \"poisson\""},
+		{"start above max", doc("    rate_search: {start: 8, max: 4}\n", "  metric: max_rate\n"+slo), "max 4 below start 8"},
+		{"too few requests", doc("    rate_search: {requests: 4}\n", "  metric: max_rate\n"+slo), "requests 4; valid: at least 8 per probe"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("t.yaml", []byte(tt.doc))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error\n%v\nwant substring\n%s", err, tt.want)
+			}
+		})
+	}
+}
