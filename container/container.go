@@ -46,6 +46,19 @@ func (s Spec) RuntimeName() string {
 	return s.Runtime
 }
 
+// Record is what a trial that ran in a container stores: the study's
+// image and options, and the image the daemon ran (its ID, and its
+// registry digest where it came from a registry), which exports pin.
+type Record struct {
+	Runtime    string   `json:"runtime"`
+	Image      string   `json:"image"`
+	ImageID    string   `json:"image_id,omitempty"`
+	RepoDigest string   `json:"repo_digest,omitempty"`
+	Options    []string `json:"options,omitempty"`
+	Volumes    []string `json:"volumes,omitempty"`
+	Name       string   `json:"name,omitempty"`
+}
+
 // Run is one trial's container.
 type Run struct {
 	Name   string

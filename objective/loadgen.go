@@ -405,7 +405,8 @@ func (c *client) closedLoop(ctx context.Context, bodies [][]byte, conc int, hang
 
 	b := &batch{requested: len(bodies)}
 	slots := make([]*streamResult, len(bodies))
-	var next, issued, completed, failed, cut, tokens, failRun atomic.Int64
+	var next atomic.Int64
+	var n tally
 	// A dead server fails every request at once; stop issuing after as many
 	// consecutive failures as there are workers (at least 8), as the seed's
 	// sweeps did (issued 65 of 256 when the engine crashed at C64).
@@ -414,26 +415,15 @@ func (c *client) closedLoop(ctx context.Context, bodies [][]byte, conc int, hang
 	start := time.Now()
 	for range max(1, min(conc, len(bodies))) {
 		wg.Go(func() {
-			for pctx.Err() == nil && failRun.Load() < giveUp {
+			for pctx.Err() == nil && n.failRun.Load() < giveUp {
 				k := next.Add(1) - 1
 				if k >= int64(len(bodies)) {
 					return
 				}
-				issued.Add(1)
+				n.issued.Add(1)
 				r := c.stream(pctx, bodies[k], w, collect)
 				r.rec.StartS = r.start.Sub(start).Seconds()
-				switch {
-				case r.rec.OK:
-					completed.Add(1)
-					failRun.Store(0)
-				case interrupted(pctx):
-					r.cut = true
-					cut.Add(1)
-				default:
-					failed.Add(1)
-					failRun.Add(1)
-				}
-				tokens.Add(int64(r.rec.OutputTokens))
+				n.add(pctx, r)
 				slots[k] = r
 			}
 		})
@@ -451,9 +441,38 @@ func (c *client) closedLoop(ctx context.Context, bodies [][]byte, conc int, hang
 			b.results = append(b.results, r)
 		}
 	}
-	b.issued, b.completed, b.failed, b.cut, b.tokens = issued.Load(), completed.Load(), failed.Load(), cut.Load(), tokens.Load()
+	n.into(b)
 	b.stop = err
 	return b, err
+}
+
+// tally counts a level's requests as its workers finish them, for the
+// audit (independent of the records) and the consecutive failures that
+// stop a level early.
+type tally struct {
+	issued, completed, failed, cut, tokens, failRun atomic.Int64
+}
+
+// add counts a finished request: completed, cut short by ctx's end, or
+// failed (one more in a row).
+func (n *tally) add(ctx context.Context, r *streamResult) {
+	switch {
+	case r.rec.OK:
+		n.completed.Add(1)
+		n.failRun.Store(0)
+	case interrupted(ctx):
+		r.cut = true
+		n.cut.Add(1)
+	default:
+		n.failed.Add(1)
+		n.failRun.Add(1)
+	}
+	n.tokens.Add(int64(r.rec.OutputTokens))
+}
+
+// into copies the counts into b.
+func (n *tally) into(b *batch) {
+	b.issued, b.completed, b.failed, b.cut, b.tokens = n.issued.Load(), n.completed.Load(), n.failed.Load(), n.cut.Load(), n.tokens.Load()
 }
 
 // point summarises a batch as a Point and its request records.

@@ -41,7 +41,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -90,7 +89,7 @@ func (c *client) openLoop(ctx context.Context, bodies [][]byte, offsets []time.D
 
 	b := &batch{requested: len(bodies), schedule: offsets}
 	slots := make([]*streamResult, len(bodies))
-	var issued, completed, failed, cut, tokens, failRun atomic.Int64
+	var n tally
 	slot := make(chan struct{}, openLoopCap)
 	var wg sync.WaitGroup
 	timer := time.NewTimer(time.Hour)
@@ -107,7 +106,7 @@ pace:
 			case <-timer.C:
 			}
 		}
-		if pctx.Err() != nil || failRun.Load() >= openGiveUp {
+		if pctx.Err() != nil || n.failRun.Load() >= openGiveUp {
 			break
 		}
 		select {
@@ -115,25 +114,14 @@ pace:
 		case <-pctx.Done():
 			break pace
 		}
-		issued.Add(1)
+		n.issued.Add(1)
 		wg.Go(func() {
 			defer func() { <-slot }()
 			r := c.streamFrom(pctx, bodies[k], w, collect, due)
 			r.rec.StartS = r.start.Sub(start).Seconds()
 			r.rec.ScheduledS = off.Seconds()
 			r.rec.SendLagS = r.start.Sub(due).Seconds()
-			switch {
-			case r.rec.OK:
-				completed.Add(1)
-				failRun.Store(0)
-			case interrupted(pctx):
-				r.cut = true
-				cut.Add(1)
-			default:
-				failed.Add(1)
-				failRun.Add(1)
-			}
-			tokens.Add(int64(r.rec.OutputTokens))
+			n.add(pctx, r)
 			slots[k] = r
 		})
 	}
@@ -153,7 +141,7 @@ pace:
 			b.results = append(b.results, r)
 		}
 	}
-	b.issued, b.completed, b.failed, b.cut, b.tokens = issued.Load(), completed.Load(), failed.Load(), cut.Load(), tokens.Load()
+	n.into(b)
 	b.stop = err
 	return b, err
 }

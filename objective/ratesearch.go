@@ -1,6 +1,7 @@
 package objective
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -172,7 +173,7 @@ func maxRate(spec ScoreSpec, r *Result) (value float64, ok bool, reason string) 
 	if len(probes) == 0 {
 		return 0, false, "no rate probes (workload.chat.rate_search)"
 	}
-	slices.SortStableFunc(probes, func(a, b Point) int { return cmpFloat(a.Rate, b.Rate) })
+	slices.SortStableFunc(probes, func(a, b Point) int { return cmp.Compare(a.Rate, b.Rate) })
 	best, bestIdx := 0.0, -1
 	for i, p := range probes {
 		if good, _ := rateGood(p, spec.SLO); good && p.Rate > best {
@@ -195,16 +196,6 @@ func maxRate(spec ScoreSpec, r *Result) (value float64, ok bool, reason string) 
 	}
 	b := probes[bestIdx]
 	return best, true, fmt.Sprintf("max rate %.3g req/s within the SLO (achieved %.3g req/s, TTFT p99 %.3f s)%s", best, b.AchievedRateS, b.TTFT.P99, stop)
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // rateProgress is the progress line of a rate probe.

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sgtune/sgtune/container"
 	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/shell"
 )
@@ -71,17 +72,7 @@ type Launch struct {
 	// Container is the image and run options the trial's server ran in
 	// (engine.container); nil for a server run on the host. The docker
 	// export then runs that image, pinned, with those options.
-	Container *Container
-}
-
-// Container is how a trial's container ran.
-type Container struct {
-	Runtime    string   `json:"runtime"`
-	Image      string   `json:"image"`
-	ImageID    string   `json:"image_id,omitempty"`
-	RepoDigest string   `json:"repo_digest,omitempty"`
-	Options    []string `json:"options,omitempty"`
-	Volumes    []string `json:"volumes,omitempty"`
+	Container *container.Record
 }
 
 // Figures are the measurements an export header quotes.

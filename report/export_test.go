@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sgtune/sgtune/container"
 	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/shell"
 )
@@ -65,7 +66,7 @@ func TestWriteGolden(t *testing.T) {
 // the trial's image, pinned by its registry digest, with its options.
 func sampleContainer(runtime string) Launch {
 	l := sample()
-	l.Container = &Container{Runtime: runtime, Image: "lmsysorg/sglang:v0.5.21", ImageID: "sha256:9e1f",
+	l.Container = &container.Record{Runtime: runtime, Image: "lmsysorg/sglang:v0.5.21", ImageID: "sha256:9e1f",
 		RepoDigest: "lmsysorg/sglang@sha256:b1259f3e", Options: []string{"--ipc=host", "--shm-size", "32g"},
 		Volumes: []string{"/data/hf:/root/.cache/huggingface"}}
 	return l
@@ -213,7 +214,7 @@ func TestExportShellcheck(t *testing.T) {
 	odd.Study = "study with $(odd) name\nand a newline"
 	dir := t.TempDir()
 	oddContainer := odd
-	oddContainer.Container = &Container{Runtime: "podman", Image: "my image:$(x)", Options: []string{"--env", "A=$B"}, Volumes: []string{"/a b:/c"}}
+	oddContainer.Container = &container.Record{Runtime: "podman", Image: "my image:$(x)", Options: []string{"--env", "A=$B"}, Volumes: []string{"/a b:/c"}}
 	oddContainer.GPUs = "0,1"
 	for name, l := range map[string]Launch{"sample": sample(), "odd": odd, "container": sampleContainer("docker"), "odd-container": oddContainer} {
 		for _, format := range []string{"bash", "docker"} {

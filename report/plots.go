@@ -259,16 +259,9 @@ func levelPlot(ranked []Trial, title, ylabel string, metric func(Level) float64)
 		if len(xy) == 0 {
 			continue
 		}
-		line, points, err := plotter.NewLinePoints(xy)
-		if err != nil {
+		if err := addTrialLine(p, xy, n, t.Number); err != nil {
 			return nil, err
 		}
-		line.Color = palette[n%len(palette)]
-		line.Width = vg.Points(1.5)
-		points.Color = line.Color
-		points.Shape = draw.CircleGlyph{}
-		p.Add(line, points)
-		p.addLegend(fmt.Sprintf("trial %d", t.Number), line, points)
 		if n++; n == 5 {
 			break
 		}
@@ -527,6 +520,22 @@ func paramText(params map[string]interface{}, name string) string {
 	return fmt.Sprint(v)
 }
 
+// addTrialLine draws the n-th top trial's line with its points, in the
+// n-th palette colour, and its legend entry.
+func addTrialLine(p *chart, xy plotter.XYs, n, trial int) error {
+	line, points, err := plotter.NewLinePoints(xy)
+	if err != nil {
+		return err
+	}
+	line.Color = palette[n%len(palette)]
+	line.Width = vg.Points(1.5)
+	points.Color = line.Color
+	points.Shape = draw.CircleGlyph{}
+	p.Add(line, points)
+	p.addLegend(fmt.Sprintf("trial %d", trial), line, points)
+	return nil
+}
+
 // hasRateProbes reports whether any trial measured open-loop rate probes
 // (workload.chat.rate_search).
 func hasRateProbes(trials []Trial) bool {
@@ -582,16 +591,9 @@ func ratePlot(ranked []Trial, slo []objective.SLO) (*chart, error) {
 			xy = append(xy, plotter.XY{X: pt.OfferedRateS, Y: get(pt)})
 			maxX = max(maxX, pt.OfferedRateS)
 		}
-		line, points, err := plotter.NewLinePoints(xy)
-		if err != nil {
+		if err := addTrialLine(p, xy, n, t.Number); err != nil {
 			return nil, err
 		}
-		line.Color = palette[n%len(palette)]
-		line.Width = vg.Points(1.5)
-		points.Color = line.Color
-		points.Shape = draw.CircleGlyph{}
-		p.Add(line, points)
-		p.addLegend(fmt.Sprintf("trial %d", t.Number), line, points)
 		if n++; n == 5 {
 			break
 		}

@@ -11,19 +11,6 @@ import (
 	"github.com/sgtune/sgtune/storage"
 )
 
-// ContainerRun is what a trial that ran in a container records
-// (storage.AttrContainer): the study's image and options, and the image
-// the daemon actually ran, which the docker export pins.
-type ContainerRun struct {
-	Runtime    string   `json:"runtime"`
-	Image      string   `json:"image"`
-	ImageID    string   `json:"image_id,omitempty"`
-	RepoDigest string   `json:"repo_digest,omitempty"`
-	Options    []string `json:"options,omitempty"`
-	Volumes    []string `json:"volumes,omitempty"`
-	Name       string   `json:"name"`
-}
-
 // containerSpec is the launcher's container for trial number on gpus, nil
 // when the study runs its servers on the host. Its labels let the daemon
 // list the study's containers and tell which process started each.
@@ -70,7 +57,7 @@ func (r *runner) recordContainer(ctx context.Context, t *trialRun, spec *launche
 	if err != nil || cl == nil {
 		return nil
 	}
-	run := ContainerRun{Runtime: cl.Name, Image: spec.Image, Options: spec.Options, Volumes: spec.Volumes, Name: spec.Name}
+	run := container.Record{Runtime: cl.Name, Image: spec.Image, Options: spec.Options, Volumes: spec.Volumes, Name: spec.Name}
 	if id, err := cl.ImageID(ctx, spec.Image); err == nil {
 		run.ImageID = id
 		run.RepoDigest = cl.RepoDigest(ctx, spec.Image)

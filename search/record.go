@@ -11,6 +11,7 @@ import (
 
 	"github.com/c-bata/goptuna"
 
+	"github.com/sgtune/sgtune/container"
 	"github.com/sgtune/sgtune/objective"
 	"github.com/sgtune/sgtune/storage"
 )
@@ -80,7 +81,7 @@ type Record struct {
 	Engine       []string               `json:"engine_command,omitempty"`
 	Version      string                 `json:"engine_version,omitempty"`
 	LaunchCmd    []string               `json:"launch_command,omitempty"`
-	Container    *ContainerRun          `json:"container,omitempty"`
+	Container    *container.Record      `json:"container,omitempty"`
 	ModelRev     string                 `json:"model_revision,omitempty"`
 	ConfigKey    string                 `json:"-"`
 	Config       json.RawMessage        `json:"config,omitempty"`
@@ -209,7 +210,7 @@ func decode(t goptuna.FrozenTrial) Record {
 	_ = json.Unmarshal([]byte(ua[storage.AttrEngine]), &r.Engine)
 	_ = json.Unmarshal([]byte(ua[storage.AttrLaunchCommand]), &r.LaunchCmd)
 	if c := ua[storage.AttrContainer]; c != "" {
-		var run ContainerRun
+		var run container.Record
 		if json.Unmarshal([]byte(c), &run) == nil {
 			r.Container = &run
 		}

@@ -216,10 +216,9 @@ in the header.`,
 				l.Confirmed = strings.TrimPrefix(w.Confirmed(), "confirmed: ")
 				l.Confirmation = &report.Pooled{Pooled: w.Pooled, Runs: len(w.Runs), Spread: w.Spread}
 			}
-			if c := rec.Container; c != nil && format == "docker" {
+			if format == "docker" {
 				// The trial's own image, options and command inside it.
-				l.Container = &report.Container{Runtime: c.Runtime, Image: c.Image, ImageID: c.ImageID,
-					RepoDigest: c.RepoDigest, Options: c.Options, Volumes: c.Volumes}
+				l.Container = rec.Container
 			}
 			switch {
 			case command != "":
