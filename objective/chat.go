@@ -223,7 +223,11 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 		if spec.Source != nil {
 			seed = spec.Source.Seed
 		}
-		if err := runRateSearch(ctx, c, *rs, seed, hang, opt, res, synth, spec.MaxTokens); err != nil {
+		var reuse func() (int, int)
+		if src != nil {
+			reuse = func() (int, int) { return PrefixReuse(lastReqs, sent) }
+		}
+		if err := runRateSearch(ctx, c, *rs, seed, hang, opt, res, synth, reuse, spec.MaxTokens); err != nil {
 			return fmt.Errorf("rate search: %w", err)
 		}
 	}

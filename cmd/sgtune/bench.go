@@ -33,6 +33,9 @@ type benchFlags struct {
 	dataset               string
 	sharedPrefix, turns   int
 	seed                  uint64
+	maxRate               float64
+	rateRequests          int
+	slo                   []string
 	warmup, quality       bool
 	reusePrompts          bool
 	ignoreEOS             bool
@@ -251,6 +254,9 @@ before are printed, and the one it cut short is marked interrupted.`,
 	fl.IntVar(&f.sharedPrefix, "shared-prefix-tokens", 0, "a system prompt of this many tokens shared by every request (measures the prefix cache on a shared prompt)")
 	fl.IntVar(&f.turns, "turns", 1, "conversations of this many turns, each resending its history")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the dataset sample and the synthetic texts")
+	fl.Float64Var(&f.maxRate, "max-rate", 0, "find the highest request rate within --slo, starting at this many requests/s: open-loop Poisson probes, doubled then bisected (without --concurrency, no concurrency levels run)")
+	fl.IntVar(&f.rateRequests, "rate-requests", 64, "requests per --max-rate probe")
+	fl.StringArrayVar(&f.slo, "slo", nil, "an SLO each --max-rate probe must hold, e.g. 'ttft p99 < 1s' (repeatable)")
 	fl.BoolVar(&f.warmup, "warmup", true, "run an uncounted warm-up at each level (without it the first repeat is cold)")
 	fl.BoolVar(&f.reusePrompts, "reuse-prompts", false, "send the same prompts in every repeat (measures the prefix cache)")
 	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "ask the server to generate max-tokens tokens regardless of EOS (SGLang ignore_eos)")
@@ -307,7 +313,7 @@ func (f *benchFlags) resolve(cmd *cobra.Command, getenv func(string) string) (ob
 	}
 	// A flag of the other workload would be ignored without a word.
 	only := map[string][]string{
-		"chat":   {"requests", "repeats", "max-tokens", "prompt-tokens", "prompts-file", "reuse-prompts", "dataset", "shared-prefix-tokens", "turns", "seed"},
+		"chat":   {"requests", "repeats", "max-tokens", "prompt-tokens", "prompts-file", "reuse-prompts", "dataset", "shared-prefix-tokens", "turns", "seed", "max-rate", "rate-requests", "slo"},
 		"matrix": {"contexts", "duration", "max-output"},
 	}
 	for kind, names := range only {
@@ -335,6 +341,19 @@ func (f *benchFlags) resolve(cmd *cobra.Command, getenv func(string) string) (ob
 			Warmup: &warm, PromptTokens: f.promptTokens, PromptsFile: f.promptsFile, ReusePrompts: f.reusePrompts, IgnoreEOS: f.ignoreEOS}
 		if len(f.concurrency) == 0 && len(f.requests) == 4 {
 			w.Chat.Concurrency = []int{1, 16, 64, 128}
+		}
+		if f.maxRate < 0 || (f.maxRate == 0 && (cmd.Flags().Changed("slo") || cmd.Flags().Changed("rate-requests"))) {
+			return w, t, errors.New("--slo and --rate-requests go with --max-rate START (requests/s > 0)")
+		}
+		if f.maxRate > 0 {
+			slos, err := parseSLOs(f.slo)
+			if err != nil {
+				return w, t, err
+			}
+			w.Chat.RateSearch = &objective.RateSearch{Start: f.maxRate, Requests: f.rateRequests, SLO: slos}
+			if !cmd.Flags().Changed("concurrency") && !cmd.Flags().Changed("requests") {
+				w.Chat.Concurrency, w.Chat.Requests = nil, nil
+			}
 		}
 		if f.dataset != "" || f.sharedPrefix != 0 || f.turns != 1 {
 			switch {
@@ -385,6 +404,9 @@ func printBench(out io.Writer, w objective.Workload, res *objective.Result) {
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "conc\trepeat\trequested\tcompleted\tfailed\tretried\ttokens\tserver tokens\ttok/s\treq/s\tTTFT p50\tTTFT p99\tlatency p50\tlatency p99\tITL p50\tITL p99\taudit\t")
 		for _, p := range res.Points {
+			if p.Phase == objective.PhaseRate {
+				continue // printRates lists them
+			}
 			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%.1f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Concurrency, p.Repeat, p.Requested, p.Completed, p.Failed,
 				p.Retried, p.OutputTokens, serverTokens(p.Audit.ServerTokens), p.OutputTokS, p.RequestsPerS, secs(p.TTFT.P50), secs(p.TTFT.P99), secs(p.Latency.P50), secs(p.Latency.P99),
 				secs(p.ITL.P50), secs(p.ITL.P99), auditWord(p))
@@ -403,6 +425,7 @@ func printBench(out io.Writer, w objective.Workload, res *objective.Result) {
 		if res.ReusePrompts {
 			fmt.Fprintln(out, "prompts were reused across repeats (prefix cache warm after repeat 1)")
 		}
+		printRates(out, w, res)
 	}
 	if q := res.Quality; q != nil {
 		for _, g := range []struct {
@@ -430,6 +453,35 @@ func printBench(out io.Writer, w objective.Workload, res *objective.Result) {
 		fmt.Fprintln(out, "audit: none (interrupted before any point was measured)")
 	default:
 		fmt.Fprintf(out, "audit: FAILED\n  %s\n", strings.Join(a.Errors, "\n  "))
+	}
+}
+
+// printRates prints the rate search's probes and the highest rate found.
+func printRates(out io.Writer, w objective.Workload, res *objective.Result) {
+	rs := w.Chat.RateSearch
+	if rs == nil {
+		return
+	}
+	fmt.Fprintln(out, "\nrate probes (open loop, latencies from the scheduled sends):")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "rate\toffered\tachieved\tcompleted\tTTFT p99\tlatency p99\tmax in flight\tkept up\t")
+	for _, p := range res.Points {
+		if p.Phase != objective.PhaseRate {
+			continue
+		}
+		kept := "-"
+		if p.KeptUp != nil {
+			kept = map[bool]string{true: "yes", false: "no"}[*p.KeptUp]
+		}
+		fmt.Fprintf(tw, "%.3g\t%.3g\t%.3g\t%d/%d\t%s\t%s\t%d\t%s\t\n", p.Rate, p.OfferedRateS, p.AchievedRateS, p.Completed, p.Requested,
+			secs(p.TTFT.P99), secs(p.Latency.P99), p.MaxInFlight, kept)
+	}
+	tw.Flush()
+	v, ok, why := objective.Score(objective.ScoreSpec{Metric: objective.MetricMaxRate, SLO: rs.SLO}, res)
+	if ok {
+		fmt.Fprintf(out, "max rate: %.3g requests/s (%s)\n", v, why)
+	} else {
+		fmt.Fprintf(out, "max rate: none (%s)\n", why)
 	}
 }
 

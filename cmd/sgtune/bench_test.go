@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -53,6 +54,9 @@ func TestBenchFlagsBadInput(t *testing.T) {
 		{"chat flag with matrix", []string{"bench", "--url", ts.URL, "--workload", "matrix", "--requests", "8"}, "--requests applies to --workload chat only; this run is --workload matrix"},
 		{"requests below level", []string{"bench", "--url", ts.URL, "--concurrency", "16", "--requests", "4"}, "concurrency 16 with 4 requests: a level needs at least as many requests as its concurrency"},
 		{"prompts file", []string{"bench", "--url", ts.URL, "--prompts-file", "/nonexistent/prompts.jsonl"}, "--prompts-file: prompts file: open /nonexistent/prompts.jsonl: no such file or directory"},
+		{"dataset", []string{"bench", "--url", ts.URL, "--dataset", "/nonexistent/data.json"}, "--dataset: /nonexistent/data.json: no such file or directory"},
+		{"slo without max rate", []string{"bench", "--url", ts.URL, "--slo", "ttft p99 < 1s"}, "--slo and --rate-requests go with --max-rate"},
+		{"bad slo", []string{"bench", "--url", ts.URL, "--max-rate", "4", "--slo", "ttft p42 < 1s"}, "--slo"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -660,6 +664,50 @@ func TestBenchAgainstSimulator(t *testing.T) {
 	}
 	if doc.Server == nil || doc.Server.MaxTotalNumTokens <= 0 || !doc.Audit.OK {
 		t.Errorf("server %+v, audit %+v", doc.Server, doc.Audit)
+	}
+}
+
+// TestBenchMaxRateAgainstSimulator: --max-rate probes the simulator open
+// loop on ShareGPT-format requests behind a shared system prompt; the
+// JSON carries each probe's rates and verdict, the table the max rate.
+func TestBenchMaxRateAgainstSimulator(t *testing.T) {
+	if os.Getenv("SGTUNE_SKIP_SIM") != "" {
+		t.Skip("SGTUNE_SKIP_SIM set")
+	}
+	url := startSim(t, "--sim-profile", "llama-3.1-8b-h100x2", "--model-path", "m", "--tp-size", "2", "--sim-speedup", "20", "--enable-cache-report")
+	args := []string{"bench", "--url", url, "--max-rate", "16", "--rate-requests", "32", "--slo", "ttft p99 < 2s",
+		"--dataset", "../../testdata/datasets/sharegpt-small.json", "--shared-prefix-tokens", "500", "--max-tokens", "64"}
+	var out, errb bytes.Buffer
+	a := &app{stdout: &out, stderr: &errb, getenv: os.Getenv}
+	if code := a.execute(context.Background(), append(args, "--json")); code != exitOK {
+		t.Fatalf("exit %d\n%s", code, errb.String())
+	}
+	var doc benchDoc
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+		t.Fatalf("bench --json: %v\n%s", err, out.String())
+	}
+	probes, good := 0, 0
+	for _, p := range doc.Points {
+		if p.Phase != objective.PhaseRate {
+			continue
+		}
+		probes++
+		if math.Abs(p.OfferedRateS-p.Rate) > 1e-6*p.Rate || p.AchievedRateS <= 0 || p.KeptUp == nil || p.PrefixReusable < 0.5 || p.CachedTokens == 0 {
+			t.Errorf("probe at %g: offered %g achieved %g kept up %v reusable %.2f cached %d", p.Rate, p.OfferedRateS, p.AchievedRateS, p.KeptUp, p.PrefixReusable, p.CachedTokens)
+		}
+		if *p.KeptUp {
+			good++
+		}
+	}
+	if probes < 3 || good == 0 || good == probes {
+		t.Errorf("%d probes, %d kept up: want a search that found a rate it could not keep up with", probes, good)
+	}
+	out.Reset()
+	if code := a.execute(context.Background(), args); code != exitOK {
+		t.Fatalf("exit %d\n%s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "max rate: ") || strings.Contains(out.String(), "max rate: none") {
+		t.Errorf("table lacks the max rate:\n%s", out.String())
 	}
 }
 
