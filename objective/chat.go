@@ -3,6 +3,7 @@ package objective
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -227,7 +228,14 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 		if src != nil {
 			reuse = func() (int, int) { return PrefixReuse(lastReqs, sent) }
 		}
-		if err := runRateSearch(ctx, c, *rs, seed, hang, opt, res, synth, reuse, spec.MaxTokens); err != nil {
+		var trace func(level, n int) []time.Duration
+		if rs.Arrival == ArrivalTrace {
+			if src == nil || src.data == nil || !src.data.Timed {
+				return errors.New("rate search: arrival trace needs a source dataset with a timestamp on every request")
+			}
+			trace = src.traceOffsets
+		}
+		if err := runRateSearch(ctx, c, *rs, seed, hang, opt, res, synth, reuse, trace, spec.MaxTokens); err != nil {
 			return fmt.Errorf("rate search: %w", err)
 		}
 	}

@@ -14,6 +14,13 @@ import (
 // every SLO holding and the server keeping up (RateSearch).
 const MetricMaxRate = "max_rate"
 
+// Arrival processes of the rate search's probes.
+const (
+	ArrivalPoisson = "poisson"
+	ArrivalGamma   = "gamma"
+	ArrivalTrace   = "trace"
+)
+
 // PhaseRate marks the open-loop probes of the rate search.
 const PhaseRate = "rate"
 
@@ -26,11 +33,15 @@ const PhaseRate = "rate"
 // probe halves the rate instead, down to Start/64. GuideLLM's goodput
 // profile does the same with concurrency.
 type RateSearch struct {
-	Start      float64 `yaml:"start" json:"start"`           // requests/s of the first probe (default 1)
-	Max        float64 `yaml:"max" json:"max"`               // highest rate probed (default 1024)
-	Requests   int     `yaml:"requests" json:"requests"`     // requests per probe (default 64)
-	Tolerance  float64 `yaml:"tolerance" json:"tolerance"`   // relative width the bisection stops at (default 0.1)
-	Arrival    string  `yaml:"arrival" json:"arrival"`       // poisson (default) | gamma
+	Start     float64 `yaml:"start" json:"start"`         // requests/s of the first probe (default 1)
+	Max       float64 `yaml:"max" json:"max"`             // highest rate probed (default 1024)
+	Requests  int     `yaml:"requests" json:"requests"`   // requests per probe (default 64)
+	Tolerance float64 `yaml:"tolerance" json:"tolerance"` // relative width the bisection stops at (default 0.1)
+	// Arrival: poisson (default), gamma (with Burstiness), or trace: the
+	// source dataset's own timestamps (a trace) replayed in order, sped
+	// up or slowed down to each probe's rate, so that the search finds
+	// the highest speed factor within the SLO.
+	Arrival    string  `yaml:"arrival" json:"arrival"`
 	Burstiness float64 `yaml:"burstiness" json:"burstiness"` // gamma's shape: 1 is Poisson, < 1 burstier (default 1)
 	MaxProbes  int     `yaml:"max_probes" json:"max_probes"` // bound on the probes (default 16)
 	// SLO holds at a probe when every bound does on that probe's own
@@ -55,7 +66,7 @@ func (r RateSearch) WithDefaults() RateSearch {
 	if r.Arrival == "" {
 		r.Arrival = "poisson"
 	}
-	if r.Burstiness <= 0 || r.Arrival == "poisson" {
+	if r.Burstiness <= 0 || r.Arrival != ArrivalGamma {
 		r.Burstiness = 1
 	}
 	if r.MaxProbes <= 0 {
@@ -67,8 +78,8 @@ func (r RateSearch) WithDefaults() RateSearch {
 // Check says what is wrong with r (after WithDefaults), "" when nothing.
 func (r RateSearch) Check() string {
 	switch {
-	case r.Arrival != "poisson" && r.Arrival != "gamma":
-		return fmt.Sprintf("arrival %q; valid: poisson or gamma", r.Arrival)
+	case r.Arrival != ArrivalPoisson && r.Arrival != ArrivalGamma && r.Arrival != ArrivalTrace:
+		return fmt.Sprintf("arrival %q (poisson, gamma or trace)", r.Arrival)
 	case r.Max < r.Start:
 		return fmt.Sprintf("max %g below start %g", r.Max, r.Start)
 	case r.Requests < 8:
@@ -236,19 +247,30 @@ func rateSeed(seed uint64, rate float64) uint64 {
 // runRateSearch is the chat workload's rate search: probes sent open-loop
 // with bodies from synth, each warmed up like a level is.
 // reuse, when set, is called after synth and gives the words of its
-// prompts a perfect prefix cache could serve and all the words sent.
+// prompts a perfect prefix cache could serve and all the words sent;
+// trace, for arrival trace, gives a level's schedule at the trace's own
+// pace.
 func runRateSearch(ctx context.Context, c looper, rs RateSearch, seed uint64, hang time.Duration, opt Options, res *Result,
-	synth func(level, repeat, n, maxTokens int) ([][]byte, error), reuse func() (int, int), maxTokens int) error {
+	synth func(level, repeat, n, maxTokens int) ([][]byte, error), reuse func() (int, int),
+	trace func(level, n int) []time.Duration, maxTokens int) error {
 	probe := func(rate float64, index int) (Point, error) {
 		opt.phase("rate %.3g/s", rate)
 		// The bodies of a probe depend on its index, not its rate: a
 		// different set of prompts per probe, the same for every config.
-		bodies, err := synth(-1000-index, 1, rs.Requests, maxTokens)
+		level, repeat := -1000-index, 1
+		if trace != nil {
+			// The same stretch of the trace at every rate (only the speed
+			// changes), with fresh prompt texts per probe.
+			level, repeat = -1000, index
+		}
+		bodies, err := synth(level, repeat, rs.Requests, maxTokens)
 		if err != nil {
 			return Point{}, err
 		}
-		offsets, err := Arrivals(len(bodies), rate, rs.Burstiness, rateSeed(seed, rate))
-		if err != nil {
+		var offsets []time.Duration
+		if trace != nil {
+			offsets = trace(level, len(bodies))
+		} else if offsets, err = Arrivals(len(bodies), rate, rs.Burstiness, rateSeed(seed, rate)); err != nil {
 			return Point{}, err
 		}
 		exactRate(offsets, rate)

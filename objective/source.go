@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 )
@@ -129,6 +130,10 @@ type Entry struct {
 	// OutputTokens is the output length to hold (0: the workload's
 	// max_tokens).
 	OutputTokens int
+	// At is when a trace sent the request, in seconds from its first
+	// request; set when every entry of the file has a timestamp.
+	At float64
+	at *float64 // the timestamp read, in seconds (absolute)
 }
 
 // Dataset is a dataset file's requests.
@@ -138,6 +143,10 @@ type Dataset struct {
 	// Skipped counts ShareGPT conversations without a human turn followed
 	// by a reply (as vLLM's and SGLang's benchmarks skip them).
 	Skipped int
+	// Timed says every entry has a timestamp (a trace: Mooncake JSONL's
+	// timestamp, the Azure LLM inference trace's TIMESTAMP, a timestamp
+	// column): rate_search's arrival trace replays them in order.
+	Timed bool
 }
 
 // DatasetError is a problem at one line of a dataset file.
@@ -155,7 +164,8 @@ func (e *DatasetError) Error() string {
 }
 
 const datasetFormats = "ShareGPT JSON (a list of {\"conversations\": [{\"from\": \"human\", \"value\": ...}, {\"from\": \"gpt\", \"value\": ...}]}), " +
-	"JSONL with \"prompt\" or \"messages\" and an optional \"output_tokens\", or JSONL or CSV of input_tokens, output_tokens"
+	"JSONL with \"prompt\" or \"messages\" and an optional \"output_tokens\", JSONL or CSV of input_tokens, output_tokens, " +
+	"or a trace: Mooncake JSONL (timestamp ms, input_length, output_length) or the Azure LLM inference trace CSV (TIMESTAMP, ContextTokens, GeneratedTokens)"
 
 // LoadDataset reads a dataset file (see SourceSpec.Dataset). A file that
 // cannot be read as any of the formats is a *DatasetError naming the line
@@ -183,7 +193,36 @@ func LoadDataset(path string) (*Dataset, error) {
 	if len(ds.Entries) == 0 {
 		return nil, &DatasetError{Path: path, Msg: fmt.Sprintf("no usable request (%d conversations skipped: no human turn with a reply); valid: %s", ds.Skipped, datasetFormats)}
 	}
+	if err := ds.times(); err != nil {
+		return nil, err
+	}
 	return ds, nil
+}
+
+// times sets each entry's At from its timestamp when every entry has one:
+// a trace must not go back in time. Some but not all timestamped is an
+// error at the first entry without one.
+func (ds *Dataset) times() error {
+	var first *Entry
+	for i := range ds.Entries {
+		e := &ds.Entries[i]
+		switch {
+		case e.at == nil && first != nil:
+			return ds.fail(e.Line, "no timestamp, unlike line %d; valid: a timestamp on every request of a trace, or on none", first.Line)
+		case e.at == nil:
+			continue
+		case first == nil && i > 0:
+			return ds.fail(e.Line, "a timestamp, unlike line %d; valid: a timestamp on every request of a trace, or on none", ds.Entries[0].Line)
+		case first == nil:
+			first = e
+		}
+		e.At = *e.at - *first.at
+		if i > 0 && e.At < ds.Entries[i-1].At {
+			return ds.fail(e.Line, "timestamp before the previous request's; valid: a trace in time order")
+		}
+	}
+	ds.Timed = first != nil
+	return nil
 }
 
 func lineAt(b []byte, off int64) int {
@@ -261,14 +300,28 @@ func (ds *Dataset) readJSONL(b []byte) error {
 			InputTokens  *int                            `json:"input_tokens"`
 			OutputTokens *int                            `json:"output_tokens"`
 			MaxTokens    *int                            `json:"max_tokens"`
+			// Mooncake's trace: timestamp in milliseconds.
+			Timestamp    *float64 `json:"timestamp"`
+			InputLength  *int     `json:"input_length"`
+			OutputLength *int     `json:"output_length"`
 		}
 		if err := json.Unmarshal(raw, &obj); err != nil {
 			return ds.fail(line, "not a JSON object (%v); valid: %s", err, datasetFormats)
 		}
 		e := Entry{Line: line}
+		if obj.Timestamp != nil {
+			at := *obj.Timestamp / 1000
+			e.at = &at
+		}
+		if obj.InputTokens == nil {
+			obj.InputTokens = obj.InputLength
+		}
 		out := obj.OutputTokens
 		if out == nil {
 			out = obj.MaxTokens
+		}
+		if out == nil {
+			out = obj.OutputLength
 		}
 		if out != nil {
 			if *out < 1 {
@@ -314,9 +367,15 @@ func (ds *Dataset) readCSV(b []byte) error {
 	if err != nil {
 		return ds.fail(1, "not CSV (%v); valid: a header with input_tokens and output_tokens, then one pair per line", err)
 	}
-	in, out := slices.Index(header, "input_tokens"), slices.Index(header, "output_tokens")
+	in, out, ts := slices.Index(header, "input_tokens"), slices.Index(header, "output_tokens"), slices.Index(header, "timestamp")
+	azure := false
+	if in < 0 && out < 0 {
+		// The Azure LLM inference trace: TIMESTAMP,ContextTokens,GeneratedTokens.
+		in, out, ts = slices.Index(header, "ContextTokens"), slices.Index(header, "GeneratedTokens"), slices.Index(header, "TIMESTAMP")
+		azure = in >= 0 && out >= 0 && ts >= 0
+	}
 	if in < 0 || out < 0 {
-		return ds.fail(1, "header %q lacks input_tokens or output_tokens; valid: input_tokens,output_tokens", strings.Join(header, ","))
+		return ds.fail(1, "header %q lacks input_tokens or output_tokens; valid: input_tokens,output_tokens[,timestamp] or TIMESTAMP,ContextTokens,GeneratedTokens", strings.Join(header, ","))
 	}
 	for {
 		rec, err := r.Read()
@@ -327,16 +386,37 @@ func (ds *Dataset) readCSV(b []byte) error {
 		if err != nil {
 			return ds.fail(line, "not CSV (%v); valid: input_tokens,output_tokens per line", err)
 		}
-		if len(rec) <= max(in, out) {
-			return ds.fail(line, "%d fields; valid: input_tokens and output_tokens on every line", len(rec))
+		if len(rec) <= max(in, out, ts) {
+			return ds.fail(line, "%d fields; valid: every column of the header on every line", len(rec))
 		}
 		a, errA := strconv.Atoi(strings.TrimSpace(rec[in]))
 		c, errC := strconv.Atoi(strings.TrimSpace(rec[out]))
 		if errA != nil || errC != nil || a < 1 || c < 1 {
 			return ds.fail(line, "input_tokens %q, output_tokens %q; valid: integers >= 1", rec[in], rec[out])
 		}
-		ds.Entries = append(ds.Entries, Entry{Line: line, InputTokens: a, OutputTokens: c})
+		e := Entry{Line: line, InputTokens: a, OutputTokens: c}
+		if ts >= 0 {
+			at, err := csvTime(strings.TrimSpace(rec[ts]), azure)
+			if err != nil {
+				return ds.fail(line, "timestamp %q: %v; valid: seconds, or the Azure trace's 2023-11-16 18:15:46.6805900", rec[ts], err)
+			}
+			e.at = &at
+		}
+		ds.Entries = append(ds.Entries, e)
 	}
+}
+
+// csvTime reads a timestamp column: seconds, or the Azure trace's date
+// and time (its clock has no zone; only differences are used).
+func csvTime(s string, azure bool) (float64, error) {
+	if !azure {
+		return strconv.ParseFloat(s, 64)
+	}
+	t, err := time.Parse("2006-01-02 15:04:05.9999999", s)
+	if err != nil {
+		return 0, err
+	}
+	return float64(t.UnixNano()) / 1e9, nil
 }
 
 // Longest returns the entry whose prompt and output lengths add up to the
@@ -398,10 +478,13 @@ type source struct {
 	maxTokens int
 	promptTok int
 	reuse     bool
+	// inOrder replays a trace: entries in file order with their times.
+	inOrder bool
 }
 
 func newSource(spec ChatSpec) (*source, error) {
-	s := &source{spec: *spec.Source, maxTokens: spec.MaxTokens, promptTok: spec.PromptTokens, reuse: spec.ReusePrompts}
+	s := &source{spec: *spec.Source, maxTokens: spec.MaxTokens, promptTok: spec.PromptTokens, reuse: spec.ReusePrompts,
+		inOrder: spec.RateSearch != nil && spec.RateSearch.Arrival == ArrivalTrace}
 	if s.promptTok <= 0 {
 		s.promptTok = DefaultPromptTokens
 	}
@@ -427,7 +510,10 @@ func (s *source) requests(level, repeat, n int) []ChatRequest {
 	turns := max(1, s.spec.Turns)
 	convs := (n + turns - 1) / turns
 	var pick []int
-	if s.data != nil {
+	switch {
+	case s.data != nil && s.inOrder:
+		pick = s.traceSlice(level, n)
+	case s.data != nil:
 		pick = rng.Perm(len(s.data.Entries))
 	}
 	groups := max(1, s.spec.PrefixGroups)
@@ -452,6 +538,40 @@ func (s *source) requests(level, repeat, n int) []ChatRequest {
 		out = append(out, reqs...)
 	}
 	return out[:n]
+}
+
+// traceSlice is the entries a trace replay of level sends, in the trace's
+// order: n of them from an offset that moves with the level (wrapping at
+// the end), so that successive probes replay successive stretches.
+func (s *source) traceSlice(level, n int) []int {
+	total := len(s.data.Entries)
+	start := ((level*n)%total + total) % total
+	out := make([]int, n)
+	for i := range out {
+		out[i] = (start + i) % total
+	}
+	return out
+}
+
+// traceOffsets is the send schedule of traceSlice(level, n): the trace's
+// own times, a wrap continuing after the trace's span plus one mean gap.
+func (s *source) traceOffsets(level, n int) []time.Duration {
+	es := s.data.Entries
+	gap := es[len(es)-1].At / float64(max(1, len(es)-1))
+	out := make([]time.Duration, 0, n)
+	t, prev := 0.0, -1
+	for _, k := range s.traceSlice(level, n) {
+		if prev >= 0 {
+			d := es[k].At - es[prev].At
+			if d < 0 { // wrapped from the trace's end to its start
+				d = gap
+			}
+			t += d
+		}
+		out = append(out, time.Duration(t*float64(time.Second)))
+		prev = k
+	}
+	return out
 }
 
 // turn is the user part of request k: a dataset entry, or a synthetic

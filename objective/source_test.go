@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func writeFile(t *testing.T, name, text string) string {
@@ -219,5 +220,62 @@ func TestSourceDataset(t *testing.T) {
 	pairs := sourceFor(SourceSpec{Dataset: "../testdata/datasets/pairs-small.csv", Seed: 5}).requests(4, 1, 4)
 	if w := countWords(pairs[0].Messages[0].Content); w < 60 {
 		t.Errorf("a length pair's prompt has %d words", w)
+	}
+}
+
+// Traces: Mooncake JSONL (timestamps in ms) and the Azure CSV keep each
+// request's time; a trace must be in time order and timed throughout.
+func TestLoadDatasetTraces(t *testing.T) {
+	for _, f := range []string{"mooncake-small.jsonl", "azure-small.csv"} {
+		ds, err := LoadDataset("../testdata/datasets/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := ds.Entries[len(ds.Entries)-1]
+		if !ds.Timed || len(ds.Entries) != 64 || ds.Entries[0].At != 0 || last.At <= 1 || last.InputTokens < 1 || last.OutputTokens < 1 {
+			t.Errorf("%s: timed %v, %d entries, last %+v", f, ds.Timed, len(ds.Entries), last)
+		}
+	}
+	for _, tt := range []struct{ name, file, text, want string }{
+		{"back in time", "d.jsonl", `{"timestamp": 2000, "input_length": 5, "output_length": 5}
+{"timestamp": 1000, "input_length": 5, "output_length": 5}`, "d.jsonl:2: timestamp before the previous request's"},
+		{"partly timed", "d.jsonl", `{"timestamp": 2000, "input_length": 5, "output_length": 5}
+{"input_tokens": 5, "output_tokens": 5}`, "d.jsonl:2: no timestamp, unlike line 1"},
+		{"azure time", "d.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,10,10\n", `d.csv:2: timestamp "yesterday"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := LoadDataset(writeFile(t, tt.file, tt.text)); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// A trace replay sends the trace's requests in order at its own times
+// (the rate search then scales them to each probe's rate); successive
+// levels replay successive stretches, wrapping at the end.
+func TestSourceTraceReplay(t *testing.T) {
+	spec := ChatSpec{Source: &SourceSpec{Dataset: "../testdata/datasets/mooncake-small.jsonl"}, MaxTokens: 64, PromptTokens: 100,
+		RateSearch: &RateSearch{Arrival: ArrivalTrace}}
+	s, err := newSource(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := s.data.Entries
+	reqs, offs := s.requests(0, 1, 16), s.traceOffsets(0, 16)
+	for i := range reqs {
+		if reqs[i].MaxTokens != es[i].OutputTokens || !reqs[i].Hold {
+			t.Fatalf("request %d holds %d tokens, want entry %d's %d", i, reqs[i].MaxTokens, i, es[i].OutputTokens)
+		}
+		want := time.Duration(es[i].At * float64(time.Second))
+		if d := offs[i] - want; d < -time.Millisecond || d > time.Millisecond {
+			t.Fatalf("offset %d = %v, want the trace's %v", i, offs[i], want)
+		}
+	}
+	wrapped := s.traceOffsets(3, 40) // entries 56..63, then 0..31: times keep rising
+	for i := 1; i < len(wrapped); i++ {
+		if wrapped[i] < wrapped[i-1] {
+			t.Fatalf("offsets go back at %d: %v", i, wrapped)
+		}
 	}
 }

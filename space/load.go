@@ -1294,6 +1294,9 @@ func (d *dec) workload(st *Study, top *mapNode) {
 	if c.has("rate_search") {
 		ch.RateSearch = d.rateSearch(c)
 	}
+	if rs := ch.RateSearch; rs != nil && rs.Arrival == objective.ArrivalTrace && !c.has("source") {
+		d.fail(c.node("rate_search"), "workload.chat.rate_search.arrival", "trace without workload.chat.source.dataset; valid: a source dataset with a timestamp on every request (Mooncake JSONL, the Azure trace CSV)")
+	}
 	if c.has("source") {
 		ch.Source = d.source(st, c)
 		if ch.PromptsFile != "" {
@@ -1403,6 +1406,9 @@ func (d *dec) source(st *Study, c *mapNode) *objective.SourceSpec {
 		m.failKey("dataset", "%v", err)
 		return src
 	}
+	if rs := st.Workload.Chat.RateSearch; rs != nil && rs.Arrival == objective.ArrivalTrace && !ds.Timed {
+		m.failKey("dataset", "%s has no timestamps, and rate_search.arrival is trace; valid: a trace (Mooncake JSONL with timestamp, the Azure trace CSV, or a timestamp column), or arrival poisson", ds.Path)
+	}
 	if flag, limit := contextLimit(st); limit > 0 {
 		if e, n := ds.Longest(); n > limit {
 			m.failKey("dataset", "%s:%d: a request of about %d tokens (prompt and output) exceeds %s %d; valid: requests that fit the context (a longer %s, or a dataset without them)",
@@ -1432,12 +1438,15 @@ func (d *dec) rateSearch(c *mapNode) *objective.RateSearch {
 	if m.int("max_probes", &rs.MaxProbes) && rs.MaxProbes < 1 {
 		m.failKey("max_probes", "%d; valid: an integer >= 1 (default 16)", rs.MaxProbes)
 	}
-	m.str("arrival", &rs.Arrival)
+	if m.str("arrival", &rs.Arrival) && !slices.Contains([]string{objective.ArrivalPoisson, objective.ArrivalGamma, objective.ArrivalTrace}, rs.Arrival) {
+		m.failKey("arrival", "%q; valid: poisson (default), gamma (with burstiness) or trace (the source dataset's timestamps)", rs.Arrival)
+		rs.Arrival = ""
+	}
 	if m.has("burstiness") && rs.Arrival != "gamma" {
 		m.failKey("burstiness", "set with arrival %q; valid: arrival: gamma with it (poisson has burstiness 1)", cmp.Or(rs.Arrival, "poisson"))
 	}
 	if msg := rs.WithDefaults().Check(); msg != "" {
-		m.failKey("start", "%s; valid: start <= max, requests >= 8, tolerance < 1, arrival poisson or gamma", msg)
+		m.failKey("start", "%s; valid: start <= max, requests >= 8, tolerance < 1", msg)
 	}
 	return rs
 }

@@ -739,7 +739,7 @@ func TestLoadRateSearch(t *testing.T) {
 		{"max_rate without rate_search", doc("    concurrency: [1]\n    requests: [8]\n", "  metric: max_rate\n"+slo), "score.metric: max_rate without workload.chat.rate_search"},
 		{"max_rate without slo", doc("    rate_search: {}\n", "  metric: max_rate\n"), "max_rate without score.slo"},
 		{"concurrency with max_rate", doc("    rate_search: {}\n", "  metric: max_rate\n  concurrency: 8\n"+slo), "score.concurrency: set with metric max_rate"},
-		{"bad arrival", doc("    rate_search: {arrival: uniform}\n", "  metric: max_rate\n"+slo), `arrival "uniform"; valid: poisson or gamma`},
+		{"bad arrival", doc("    rate_search: {arrival: uniform}\n", "  metric: max_rate\n"+slo), `workload.chat.rate_search.arrival: "uniform"; valid: poisson (default), gamma (with burstiness) or trace`},
 		{"burstiness without gamma", doc("    rate_search: {burstiness: 0.5}\n", "  metric: max_rate\n"+slo), "burstiness: set with arrival \"poisson\""},
 		{"start above max", doc("    rate_search: {start: 8, max: 4}\n", "  metric: max_rate\n"+slo), "max 4 below start 8"},
 		{"too few requests", doc("    rate_search: {requests: 4}\n", "  metric: max_rate\n"+slo), "requests 4; valid: at least 8 per probe"},

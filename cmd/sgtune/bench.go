@@ -33,7 +33,8 @@ type benchFlags struct {
 	dataset               string
 	sharedPrefix, turns   int
 	seed                  uint64
-	maxRate               float64
+	maxRate, burstiness   float64
+	arrival               string
 	rateRequests          int
 	slo                   []string
 	warmup, quality       bool
@@ -256,6 +257,8 @@ before are printed, and the one it cut short is marked interrupted.`,
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the dataset sample and the synthetic texts")
 	fl.Float64Var(&f.maxRate, "max-rate", 0, "find the highest request rate within --slo, starting at this many requests/s: open-loop Poisson probes, doubled then bisected (without --concurrency, no concurrency levels run)")
 	fl.IntVar(&f.rateRequests, "rate-requests", 64, "requests per --max-rate probe")
+	fl.StringVar(&f.arrival, "arrival", "poisson", "arrivals of the --max-rate probes: poisson, gamma (with --burstiness) or trace (the --dataset trace's own timestamps, replayed in order at each probe's rate)")
+	fl.Float64Var(&f.burstiness, "burstiness", 1, "--arrival gamma's shape: 1 is Poisson, below 1 burstier")
 	fl.StringArrayVar(&f.slo, "slo", nil, "an SLO each --max-rate probe must hold, e.g. 'ttft p99 < 1s' (repeatable)")
 	fl.BoolVar(&f.warmup, "warmup", true, "run an uncounted warm-up at each level (without it the first repeat is cold)")
 	fl.BoolVar(&f.reusePrompts, "reuse-prompts", false, "send the same prompts in every repeat (measures the prefix cache)")
@@ -313,7 +316,7 @@ func (f *benchFlags) resolve(cmd *cobra.Command, getenv func(string) string) (ob
 	}
 	// A flag of the other workload would be ignored without a word.
 	only := map[string][]string{
-		"chat":   {"requests", "repeats", "max-tokens", "prompt-tokens", "prompts-file", "reuse-prompts", "dataset", "shared-prefix-tokens", "turns", "seed", "max-rate", "rate-requests", "slo"},
+		"chat":   {"requests", "repeats", "max-tokens", "prompt-tokens", "prompts-file", "reuse-prompts", "dataset", "shared-prefix-tokens", "turns", "seed", "max-rate", "rate-requests", "slo", "arrival", "burstiness"},
 		"matrix": {"contexts", "duration", "max-output"},
 	}
 	for kind, names := range only {
@@ -342,15 +345,18 @@ func (f *benchFlags) resolve(cmd *cobra.Command, getenv func(string) string) (ob
 		if len(f.concurrency) == 0 && len(f.requests) == 4 {
 			w.Chat.Concurrency = []int{1, 16, 64, 128}
 		}
-		if f.maxRate < 0 || (f.maxRate == 0 && (cmd.Flags().Changed("slo") || cmd.Flags().Changed("rate-requests"))) {
-			return w, t, errors.New("--slo and --rate-requests go with --max-rate START (requests/s > 0)")
+		if f.maxRate < 0 || (f.maxRate == 0 && (cmd.Flags().Changed("slo") || cmd.Flags().Changed("rate-requests") || cmd.Flags().Changed("arrival"))) {
+			return w, t, errors.New("--slo, --rate-requests and --arrival go with --max-rate START (requests/s > 0)")
+		}
+		if f.arrival == objective.ArrivalTrace && f.dataset == "" {
+			return w, t, errors.New("--arrival trace replays the --dataset trace's timestamps: give --dataset")
 		}
 		if f.maxRate > 0 {
 			slos, err := parseSLOs(f.slo)
 			if err != nil {
 				return w, t, err
 			}
-			w.Chat.RateSearch = &objective.RateSearch{Start: f.maxRate, Requests: f.rateRequests, SLO: slos}
+			w.Chat.RateSearch = &objective.RateSearch{Start: f.maxRate, Requests: f.rateRequests, SLO: slos, Arrival: f.arrival, Burstiness: f.burstiness}
 			if !cmd.Flags().Changed("concurrency") && !cmd.Flags().Changed("requests") {
 				w.Chat.Concurrency, w.Chat.Requests = nil, nil
 			}
@@ -379,8 +385,12 @@ func (f *benchFlags) resolve(cmd *cobra.Command, getenv func(string) string) (ob
 		}
 	}
 	if f.dataset != "" {
-		if _, err := objective.LoadDataset(f.dataset); err != nil {
+		ds, err := objective.LoadDataset(f.dataset)
+		if err != nil {
 			return w, t, fmt.Errorf("--dataset: %w", err)
+		}
+		if f.arrival == objective.ArrivalTrace && !ds.Timed {
+			return w, t, fmt.Errorf("--arrival trace: %s has no timestamps (a trace: Mooncake JSONL, the Azure trace CSV)", f.dataset)
 		}
 	}
 	return w, t, nil

@@ -55,7 +55,9 @@ func TestBenchFlagsBadInput(t *testing.T) {
 		{"requests below level", []string{"bench", "--url", ts.URL, "--concurrency", "16", "--requests", "4"}, "concurrency 16 with 4 requests: a level needs at least as many requests as its concurrency"},
 		{"prompts file", []string{"bench", "--url", ts.URL, "--prompts-file", "/nonexistent/prompts.jsonl"}, "--prompts-file: prompts file: open /nonexistent/prompts.jsonl: no such file or directory"},
 		{"dataset", []string{"bench", "--url", ts.URL, "--dataset", "/nonexistent/data.json"}, "--dataset: /nonexistent/data.json: no such file or directory"},
-		{"slo without max rate", []string{"bench", "--url", ts.URL, "--slo", "ttft p99 < 1s"}, "--slo and --rate-requests go with --max-rate"},
+		{"slo without max rate", []string{"bench", "--url", ts.URL, "--slo", "ttft p99 < 1s"}, "--slo, --rate-requests and --arrival go with --max-rate"},
+		{"trace without timestamps", []string{"bench", "--url", ts.URL, "--max-rate", "4", "--arrival", "trace", "--dataset", "../../testdata/datasets/pairs-small.csv"}, "--arrival trace: ../../testdata/datasets/pairs-small.csv has no timestamps"},
+		{"bad arrival", []string{"bench", "--url", ts.URL, "--max-rate", "4", "--arrival", "zipf"}, `arrival "zipf"`},
 		{"bad slo", []string{"bench", "--url", ts.URL, "--max-rate", "4", "--slo", "ttft p42 < 1s"}, "--slo"},
 	}
 	for _, tt := range tests {
