@@ -157,7 +157,7 @@ one the study declared.`,
 	f := cmd.Flags()
 	f.StringArrayVar(&slos, "slo", nil, "SLO to hold, e.g. 'ttft p99 < 1s' (repeatable; replaces the study's SLOs; 'none' for none)")
 	f.IntVar(&concurrency, "concurrency", 0, "concurrency level the score reads (0: the highest measured)")
-	f.StringVar(&metric, "metric", "", "score metric: output_tok_s, goodput or capacity (default: the study's)")
+	f.StringVar(&metric, "metric", "", "score metric: output_tok_s, goodput, capacity or max_rate (max_rate reads a study's stored rate probes) (default: the study's)")
 	f.BoolVar(&asJSON, "json", false, "print the rankings as JSON")
 	return cmd
 }

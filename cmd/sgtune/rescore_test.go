@@ -368,7 +368,7 @@ func TestRescoreBadInput(t *testing.T) {
 		{[]string{"--slo", "tpot p99 < 1s"}, "valid: ttft, latency, itl"},
 		{[]string{"--slo", "ttft p95 < 1s"}, "valid: mean, p50, p90, p99"},
 		{[]string{"--slo", "ttft p99 < 0s"}, "positive"},
-		{[]string{"--metric", "speed"}, "want output_tok_s, goodput or capacity"},
+		{[]string{"--metric", "speed"}, "want output_tok_s, goodput, capacity or max_rate"},
 		{[]string{"--metric", "goodput", "--slo", "itl p99 < 0.05s"}, "inter-token latency"},
 		{nil, "say what to change"},
 		{[]string{"--concurrency", "32"}, "--concurrency 32: not a measured level; valid: one of [64], or 0 for the highest"},
