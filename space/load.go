@@ -1524,6 +1524,9 @@ func (d *dec) score(st *Study, top *mapNode) {
 	}
 	if rs := st.Workload.Chat.RateSearch; rs != nil {
 		rs.SLO = s.SLO
+		if s.Metric != "max_rate" && st.Workload.Kind == "chat" && len(st.Workload.Chat.Concurrency) == 0 {
+			m.failKey("metric", "%s with only rate_search probes (no workload.chat.concurrency levels); valid: max_rate, or concurrency levels to score", s.Metric)
+		}
 	}
 	if m.int("context", &s.Context) && st.Workload.Kind == "matrix" && !slices.Contains(st.Workload.Matrix.Contexts, s.Context) {
 		m.failKey("context", "%d is not a measured context; valid: one of %v", s.Context, st.Workload.Matrix.Contexts)

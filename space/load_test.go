@@ -743,6 +743,7 @@ func TestLoadRateSearch(t *testing.T) {
 		{"burstiness without gamma", doc("    rate_search: {burstiness: 0.5}\n", "  metric: max_rate\n"+slo), "burstiness: set with arrival \"poisson\""},
 		{"start above max", doc("    rate_search: {start: 8, max: 4}\n", "  metric: max_rate\n"+slo), "max 4 below start 8"},
 		{"too few requests", doc("    rate_search: {requests: 4}\n", "  metric: max_rate\n"+slo), "requests 4; valid: at least 8 per probe"},
+		{"tok/s without levels", doc("    rate_search: {}\n", "  metric: output_tok_s\n"), "score.metric: output_tok_s with only rate_search probes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
