@@ -77,15 +77,19 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 	// Synthetic prompts depend on the level and repeat alone: their bodies
 	// are memoised across trials (a search sends the same ones to every
 	// config); prompts from a file are read in order and are not.
-	// sent holds the prompt prefixes sent so far, for the share a perfect
-	// prefix cache could reuse (PrefixReuse); warm-ups count, as they fill
-	// the server's cache too.
+	// sent holds the prompt prefixes a source's requests sent so far, and
+	// reusable the share of the last batch's prompt words a perfect prefix
+	// cache could have served from them (PrefixReuse); warm-ups count, as
+	// they fill the server's cache too.
 	sent := map[uint64]bool{}
-	var lastReqs []ChatRequest
+	reusable := 0.0
 	synth := func(level, repeat, n, maxTokens int) ([][]byte, error) {
 		if src != nil {
-			lastReqs = src.requests(level, repeat, n)
-			return sourceBodies(model, lastReqs, maxTokens, spec)
+			reqs := src.requests(level, repeat, n)
+			if hit, words := PrefixReuse(reqs, sent); words > 0 {
+				reusable = float64(hit) / float64(words)
+			}
+			return sourceBodies(model, reqs, maxTokens, spec)
 		}
 		if file != nil {
 			return bodiesFor(prompts(level, repeat, n), maxTokens)
@@ -110,9 +114,6 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 			bodies, err := synth(conc, -wave, min(conc, n), spec.MaxTokens)
 			if err != nil {
 				return "", err
-			}
-			if src != nil {
-				PrefixReuse(lastReqs, sent)
 			}
 			b, err := c.closedLoop(ctx, bodies, conc, hang, false)
 			p, recs := b.point("warmup", conc, 0, 0)
@@ -156,15 +157,11 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 			if err != nil {
 				return err
 			}
-			reusable, words := 0, 0
-			if src != nil {
-				reusable, words = PrefixReuse(lastReqs, sent)
-			}
 			probe := c.startTokenProbe(ctx)
 			b, err := c.closedLoop(ctx, bodies, conc, hang, false)
 			p, recs := b.point("", conc, r, 0)
-			if words > 0 {
-				p.PrefixReusable = float64(reusable) / float64(words)
+			if src != nil {
+				p.PrefixReusable = reusable
 			}
 			if p.State != StateInterrupted {
 				p.checkTokens(probe.finish(ctx, c, p.OutputTokens))
@@ -205,18 +202,22 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 			}
 		}
 	}
+	// shortWarmup is one uncounted wave of n short requests at conc.
+	shortWarmup := func(conc, n int) error {
+		bodies, err := synth(conc, 0, n, min(spec.MaxTokens, 32))
+		if err != nil {
+			return err
+		}
+		b, err := c.closedLoop(ctx, bodies, conc, hang, false)
+		wp, _ := b.point("warmup", conc, 0, 0)
+		res.Warmup = append(res.Warmup, wp)
+		return err
+	}
 	if rs := spec.RateSearch; rs != nil {
 		if len(spec.Concurrency) == 0 && *spec.Warmup {
 			// No level warmed the server up: one short closed-loop wave.
 			n := min(rs.Requests, 16)
-			bodies, err := synth(n, 0, n, min(spec.MaxTokens, 32))
-			if err != nil {
-				return err
-			}
-			b, err := c.closedLoop(ctx, bodies, n, hang, false)
-			wp, _ := b.point("warmup", n, 0, 0)
-			res.Warmup = append(res.Warmup, wp)
-			if err != nil {
+			if err := shortWarmup(n, n); err != nil {
 				return fmt.Errorf("warm-up before the rate search: %w", err)
 			}
 		}
@@ -224,9 +225,9 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 		if spec.Source != nil {
 			seed = spec.Source.Seed
 		}
-		var reuse func() (int, int)
+		var reuse func() float64
 		if src != nil {
-			reuse = func() (int, int) { return PrefixReuse(lastReqs, sent) }
+			reuse = func() float64 { return reusable }
 		}
 		var trace func(level, n int) []time.Duration
 		if rs.Arrival == ArrivalTrace {
@@ -242,14 +243,7 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 	if cs := spec.CapacitySearch; cs != nil {
 		measure := func(conc, n int) (Point, error) {
 			if *spec.Warmup {
-				bodies, err := synth(conc, 0, min(conc, n), min(spec.MaxTokens, 32))
-				if err != nil {
-					return Point{}, err
-				}
-				b, err := c.closedLoop(ctx, bodies, conc, hang, false)
-				wp, _ := b.point("warmup", conc, 0, 0)
-				res.Warmup = append(res.Warmup, wp)
-				if err != nil {
+				if err := shortWarmup(conc, min(conc, n)); err != nil {
 					return Point{}, err
 				}
 			}

@@ -430,6 +430,14 @@ func (c *client) closedLoop(ctx context.Context, bodies [][]byte, conc int, hang
 	}
 	wg.Wait()
 	b.wall = time.Since(start)
+	return b, b.end(pctx, cancel, wdDone, slots, &n)
+}
+
+// end closes a level once its requests returned: the cause of an early
+// stop (nil when every request ran), the watchdog stopped, the results
+// in issue order and the counts. It returns the cause, also kept as
+// b.stop.
+func (b *batch) end(pctx context.Context, cancel context.CancelCauseFunc, wdDone <-chan struct{}, slots []*streamResult, n *tally) error {
 	var err error
 	if pctx.Err() != nil {
 		err = context.Cause(pctx)
@@ -443,7 +451,7 @@ func (c *client) closedLoop(ctx context.Context, bodies [][]byte, conc int, hang
 	}
 	n.into(b)
 	b.stop = err
-	return b, err
+	return err
 }
 
 // tally counts a level's requests as its workers finish them, for the

@@ -130,20 +130,7 @@ pace:
 	if len(offsets) > 0 {
 		b.wall -= offsets[0]
 	}
-	var err error
-	if pctx.Err() != nil {
-		err = context.Cause(pctx)
-	}
-	cancel(nil)
-	<-wdDone
-	for _, r := range slots {
-		if r != nil {
-			b.results = append(b.results, r)
-		}
-	}
-	n.into(b)
-	b.stop = err
-	return b, err
+	return b, b.end(pctx, cancel, wdDone, slots, &n)
 }
 
 // checkSchedule reports a schedule that cannot drive bodies: one offset

@@ -246,12 +246,12 @@ func rateSeed(seed uint64, rate float64) uint64 {
 
 // runRateSearch is the chat workload's rate search: probes sent open-loop
 // with bodies from synth, each warmed up like a level is.
-// reuse, when set, is called after synth and gives the words of its
-// prompts a perfect prefix cache could serve and all the words sent;
+// reuse, when set, is called after synth and gives the share of its
+// prompts' words a perfect prefix cache could serve;
 // trace, for arrival trace, gives a level's schedule at the trace's own
 // pace.
 func runRateSearch(ctx context.Context, c looper, rs RateSearch, seed uint64, hang time.Duration, opt Options, res *Result,
-	synth func(level, repeat, n, maxTokens int) ([][]byte, error), reuse func() (int, int),
+	synth func(level, repeat, n, maxTokens int) ([][]byte, error), reuse func() float64,
 	trace func(level, n int) []time.Duration, maxTokens int) error {
 	probe := func(rate float64, index int) (Point, error) {
 		opt.phase("rate %.3g/s", rate)
@@ -274,15 +274,11 @@ func runRateSearch(ctx context.Context, c looper, rs RateSearch, seed uint64, ha
 			return Point{}, err
 		}
 		exactRate(offsets, rate)
-		reusable, words := 0, 0
-		if reuse != nil {
-			reusable, words = reuse()
-		}
 		b, err := c.openLoop(ctx, bodies, offsets, hang, false)
 		p, recs := b.point(PhaseRate, 0, index, 0)
 		p.Rate = rate
-		if words > 0 {
-			p.PrefixReusable = float64(reusable) / float64(words)
+		if reuse != nil {
+			p.PrefixReusable = reuse()
 		}
 		res.Points = append(res.Points, p)
 		res.Requests = append(res.Requests, recs...)
