@@ -41,24 +41,31 @@ func sample() Launch {
 func TestWriteGolden(t *testing.T) {
 	for _, format := range Formats {
 		t.Run(format, func(t *testing.T) {
-			var buf bytes.Buffer
-			if err := Write(&buf, format, sample()); err != nil {
-				t.Fatal(err)
-			}
-			golden := filepath.Join("testdata", "launch."+format+".golden")
-			if *update {
-				if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test ./report -update)", err)
-			}
-			if !bytes.Equal(buf.Bytes(), want) {
-				t.Errorf("%s export differs from %s:\n%s", format, golden, buf.String())
-			}
+			checkGolden(t, format, sample(), "launch."+format+".golden")
 		})
+	}
+}
+
+// checkGolden writes l in format and compares it with testdata/name
+// (rewritten with -update).
+func checkGolden(t *testing.T, format string, l Launch, name string) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := Write(&buf, format, l); err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test ./report -update)", err)
+	}
+	if !bytes.Equal(buf.Bytes(), want) {
+		t.Errorf("%s export differs from %s:\n%s", format, golden, buf.String())
 	}
 }
 
@@ -75,23 +82,7 @@ func sampleContainer(runtime string) Launch {
 func TestWriteContainerGolden(t *testing.T) {
 	for _, runtime := range []string{"docker", "podman"} {
 		t.Run(runtime, func(t *testing.T) {
-			var buf bytes.Buffer
-			if err := Write(&buf, "docker", sampleContainer(runtime)); err != nil {
-				t.Fatal(err)
-			}
-			golden := filepath.Join("testdata", "launch.container-"+runtime+".golden")
-			if *update {
-				if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test ./report -update)", err)
-			}
-			if !bytes.Equal(buf.Bytes(), want) {
-				t.Errorf("container export differs from %s:\n%s", golden, buf.String())
-			}
+			checkGolden(t, "docker", sampleContainer(runtime), "launch.container-"+runtime+".golden")
 		})
 	}
 }
