@@ -6,6 +6,15 @@ import (
 	"github.com/sgtune/sgtune/engine"
 )
 
+// classifyExit is classify for an exit the kernel's OOM killer may have
+// caused (a container's State.OOMKilled): oom decides it.
+func classifyExit(m *logMatch, exitCode int, readyBefore, oom bool) string {
+	if oom {
+		return engine.ClassOOM
+	}
+	return classify(m, exitCode, readyBefore)
+}
+
 // classify decides the class of a process that exited on its own, from the
 // decisive log line's signature (see engine.Signature) and the exit status.
 // readyBefore says whether it had become ready.

@@ -439,7 +439,7 @@ func (s *Server) launchAttempt(path string, attempt int) (*proc, time.Time, erro
 		// The client's environment carries the values of the server's
 		// (`-e KEY` on its command line); nothing else reaches the container.
 		inside := container.InsideEnv(run)
-		env = append(s.clientEnv(), inside...)
+		env = append(s.inherited(), inside...)
 		s.sink.note(fmt.Sprintf("attempt %d: %s", attempt, shell.Join(argv)))
 		for _, kv := range inside {
 			if strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") {
@@ -498,10 +498,7 @@ func (s *Server) retryPort(ctx context.Context) error {
 func (s *Server) diedBeforeReady(ctx context.Context, p *proc) *Failure {
 	_, _, m := s.sink.state()
 	code, oom := s.containerExit(ctx, p.exitCode)
-	class := classify(m, code, false)
-	if oom {
-		class = engine.ClassOOM
-	}
+	class := classifyExit(m, code, false, oom)
 	f := s.newFailure(class, code, m, nil)
 	f.Detected = time.Since(p.exitedAt)
 	s.sink.note(fmt.Sprintf("exited with status %d before ready: %s (classified %d ms after the exit)", code, class, f.Detected.Milliseconds()))
@@ -566,10 +563,11 @@ func (s *Server) aborted() bool {
 	}
 }
 
-// clientEnv is the container client's environment: ours, less the
-// variables the server must not see (Engine.ClearEnv), which `-e KEY`
-// would otherwise carry in when a study names one.
-func (s *Server) clientEnv() []string {
+// inherited is our environment less the variables the engine must not
+// inherit (Engine.ClearEnv: they would change its settings behind the
+// command line). It is the container client's whole environment, where
+// `-e KEY` would otherwise carry one in when a study names it.
+func (s *Server) inherited() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
@@ -607,19 +605,11 @@ func (s *Server) containerExit(ctx context.Context, code int) (int, bool) {
 	return st.ExitCode, st.OOMKilled
 }
 
-// env is the child's environment: ours without the variables the engine
-// must not inherit (Engine.ClearEnv: they would change its settings behind
-// the command line), then the GPU selection, then Spec.Env (exec keeps the
-// last value of a duplicated key).
+// env is the child's environment: what it inherits, then the GPU
+// selection, then Spec.Env (exec keeps the last value of a duplicated
+// key).
 func (s *Server) env() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if s.eng().Cleared(name) {
-			continue
-		}
-		env = append(env, kv)
-	}
+	env := s.inherited()
 	if len(s.spec.GPUs) > 0 {
 		// nvidia-smi numbers GPUs in PCI order; make CUDA agree so the
 		// indices we export and the ones we check are the same devices.
@@ -750,11 +740,7 @@ func (s *Server) monitor() {
 	s.mu.Lock()
 	if !s.stopping {
 		s.sink.note(fmt.Sprintf("exited with status %d after ready", code))
-		class := classify(m, code, true)
-		if oom {
-			class = engine.ClassOOM
-		}
-		s.failure = s.newFailure(class, code, m, nil)
+		s.failure = s.newFailure(classifyExit(m, code, true, oom), code, m, nil)
 		s.failure.Detected = time.Since(s.proc.exitedAt)
 	}
 	s.mu.Unlock()
