@@ -169,7 +169,12 @@ func NewClient(runtime string) (*Client, error) {
 const probeTimeout = 30 * time.Second
 
 func (c *Client) run(ctx context.Context, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	return c.runFor(ctx, probeTimeout, args...)
+}
+
+// runFor runs the client with args, bounded by timeout.
+func (c *Client) runFor(ctx context.Context, timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.Path, args...)
 	var out, errb bytes.Buffer
@@ -248,7 +253,9 @@ func (c *Client) Inspect(ctx context.Context, name string) (State, error) {
 // grace.
 func (c *Client) Stop(ctx context.Context, name string, grace time.Duration) error {
 	secs := max(1, int((grace+time.Second-1)/time.Second))
-	_, err := c.run(ctx, "stop", "--time", strconv.Itoa(secs), name)
+	// The daemon waits out the grace before its SIGKILL: bound the call
+	// by that, not by probeTimeout alone.
+	_, err := c.runFor(ctx, time.Duration(secs)*time.Second+probeTimeout, "stop", "--time", strconv.Itoa(secs), name)
 	return err
 }
 
