@@ -80,17 +80,19 @@ soak:
 calibrate: build
 	$(GO) run ./cmd/calibrate --faults --cold --matrix --virtual
 
-# Search quality without servers: every config of the GLM study scored on
-# the simulator's own engine in virtual time (the landscape, cached in
-# ~/.cache/sgtune/bench-search, about 3 minutes the first time), then 20
-# searches of 30 launches per method (sgtune's loop with the study's sampler,
-# with tpe, bayes and random; random, goptuna's TPE and grid in a plain loop)
-# with 12% noise per repeat, about 8 minutes in all on 2 cores. 20 seeds
-# decide little: compare samplers with --seeds 150. The last line is the
-# summary:
-# ours_trials_to_97=A random_trials_to_97=B goptuna_tpe_trials_to_97=C infeasible_launches=D crash_launches=E
+# Search quality without servers, on the landscape suite
+# (testdata/landscapes/suite.yaml): every config of each study scored on
+# the simulator's own engine in virtual time or replayed from a table
+# measured for real (the landscapes, cached in ~/.cache/sgtune/bench-search
+# and checked against this build before use), then 20 studies of up to 30
+# launches per method and landscape: sgtune's own loop as `sgtune run` runs
+# it (the study's sampler, parallelism, baseline and confirmation, every
+# launch counted, the winner it declares scored), random and goptuna's TPE
+# in a plain loop, with 12% noise per repeat. Judge a change with
+# BENCH_SEARCH_FLAGS=--seeds=100. The last line is the summary:
+# suite_landscapes=N ours_worst_trials_to_97=W ours_median_trials_to_97=M ours_worst_regret_at_30=R random_over_ours_min=X infeasible_launches=D
 bench-search: build
-	bin/bench-search --study testdata/studies/glm-5.3-flash-h200x4.yaml $(BENCH_SEARCH_FLAGS)
+	bin/bench-search --suite testdata/landscapes/suite.yaml $(BENCH_SEARCH_FLAGS)
 
 # Client CPU per streamed chunk, sgtune's reader vs go-openai's Recv(), and
 # the TTFT error against an injected delay at C128; last line is the summary.

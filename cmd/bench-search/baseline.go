@@ -45,8 +45,6 @@ func (c *comparison) baseline(ctx context.Context, m method, seed int, index map
 		return run, err
 	}
 	rng := rand.New(rand.NewPCG(uint64(seed), hashString(m.Name)))
-	b := &virtualBackend{profile: c.Profile, noiseCV: c.NoiseCV, command: len(st.Engine.Command),
-		draws: func() (uint64, uint64) { return rng.Uint64(), rng.Uint64() }}
 	seen := map[string]bool{}
 	winner, winnerScore := -1, 0.0
 	for proposals := 0; len(run.Regret) < c.Budget; proposals++ {
@@ -91,7 +89,7 @@ func (c *comparison) baseline(ctx context.Context, m method, seed int, index map
 		if !ok {
 			return run, fmt.Errorf("%s seed %d: %s is not in the landscape", m.Name, seed, cfg.Params)
 		}
-		o, err := c.launchOnce(ctx, b, st, cfg)
+		o, err := c.launchOnce(ctx, st, cfg, rng.Uint64(), rng.Uint64())
 		if err != nil {
 			return run, err
 		}
@@ -112,8 +110,8 @@ func (c *comparison) baseline(ctx context.Context, m method, seed int, index map
 
 // launchOnce launches one config through the backend and decides its
 // outcome as the study loop would.
-func (c *comparison) launchOnce(ctx context.Context, b *virtualBackend, st *space.Study, cfg *space.Config) (search.Outcome, error) {
-	srv, err := b.Start(ctx, launcher.Spec{Argv: st.Argv(cfg)})
+func (c *comparison) launchOnce(ctx context.Context, st *space.Study, cfg *space.Config, seed, noise uint64) (search.Outcome, error) {
+	srv, err := c.Backend.startDrawn(ctx, launcher.Spec{Argv: st.Argv(cfg)}, seed, noise)
 	if err != nil {
 		if ctx.Err() != nil {
 			return search.Outcome{}, ctx.Err()

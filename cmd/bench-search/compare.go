@@ -7,8 +7,6 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -18,7 +16,6 @@ import (
 	"github.com/sgtune/sgtune/objective"
 	"github.com/sgtune/sgtune/search"
 	"github.com/sgtune/sgtune/space"
-	"github.com/sgtune/sgtune/storage"
 )
 
 // method is a search method under test: sgtune's study loop itself
@@ -80,6 +77,12 @@ type comparison struct {
 	Preflight *search.Preflight
 	// Trace, when set, gets every trial of every search of the study loop.
 	Trace io.Writer
+	// Backend starts every launch (the simulator in virtual time, or a
+	// measured table's replay).
+	Backend drawnBackend
+	// DefaultTruth is the true score of the engine default when it lies
+	// outside the landscape's space (0: unknown, scored as nothing found).
+	DefaultTruth float64
 }
 
 // searchRun is one search (a method and a seed).
@@ -145,100 +148,61 @@ func (c *comparison) Run(ctx context.Context, ms []method) ([]searchRun, error) 
 	return runs, err
 }
 
-// search runs one study (a method and a seed) through the study loop on
-// the simulator's engine in virtual time, then scores it against the
-// landscape: after each launch, the winner the study would declare (its
-// leader, search.Leader: the best estimate, which pools a config's runs and
-// shrinks them toward what similar configs measured) and that winner's
-// true score.
+// search runs a method's study at every budget of the ladder (see ladder)
+// and scores, for each count of launches a user can afford, the winner
+// the study with the largest budget that fits declares.
 func (c *comparison) search(ctx context.Context, m method, seed int, index map[string]int, best float64) (searchRun, error) {
-	ls := c.Landscape
 	run := searchRun{Method: m.Name, Seed: seed, TrialsTo97: c.Budget + 1, FoundTo97: c.Budget + 1}
-	st := *c.Study
-	if m.Sampler != "" {
-		st.Budget.Sampler = m.Sampler
-	}
-	st.Budget.Seed, st.Budget.Trials = int64(seed), c.Budget
-	st.Budget.Confirm, st.Budget.Parallel, st.Budget.Timeout = 0, 1, 0
-	dir, err := os.MkdirTemp("", "bench-search-")
-	if err != nil {
-		return run, err
-	}
-	defer os.RemoveAll(dir)
-	store, err := storage.Open(filepath.Join(dir, "study.db"))
-	if err != nil {
-		return run, err
-	}
-	defer store.Close()
-	// Each launch draws the simulator's randomness and the measurement
-	// noise afresh, reproducibly per method and seed.
-	rng := rand.New(rand.NewPCG(uint64(seed), hashString(m.Name)))
-	b := &virtualBackend{profile: c.Profile, noiseCV: c.NoiseCV, command: len(st.Engine.Command),
-		draws: func() (uint64, uint64) { return rng.Uint64(), rng.Uint64() }}
-	sum, err := search.Run(ctx, search.Options{Study: &st, Store: store, Backend: b, LogDir: dir, Parallel: 1,
-		Preflight: c.Preflight, Getenv: func(string) string { return "" }})
-	if err != nil {
-		return run, fmt.Errorf("%s seed %d: %w", m.Name, seed, err)
-	}
-	run.Stored = len(sum.Records)
-	leads := leaders(&st, sum.Records)
-	if c.Trace != nil {
-		c.trace(m, seed, sum.Records, leads, index, best)
-	}
-	winner := -1
-	keyIndex := map[string]int{}
-	for _, rec := range sum.Records {
-		if idx, ok := index[strings.Join(rec.Flags(), " ")]; ok && rec.ConfigKey != "" {
-			keyIndex[rec.ConfigKey] = idx
+	mem := &memo{runs: map[uint64]*memoRun{}}
+	var rungs []rung
+	var last []search.Record
+	for _, n := range ladder(c.Budget) {
+		r, recs, err := c.study(ctx, m, seed, n, mem, index, best)
+		if err != nil {
+			return run, err
+		}
+		if r.Launches > c.Budget && len(rungs) > 0 {
+			break // a user with this many launches picks a smaller budget
+		}
+		rungs = append(rungs, r)
+		last = recs
+		if r.Truth >= 0.97 && run.TrialsTo97 > c.Budget && r.Launches <= c.Budget {
+			run.TrialsTo97 = r.Launches
 		}
 	}
-	for i, rec := range sum.Records {
-		launched := search.RanToEnd(rec.State)
-		if !launched || rec.ConfirmOf != nil {
-			continue
-		}
-		idx, ok := index[strings.Join(rec.Flags(), " ")]
-		if !ok {
-			return run, fmt.Errorf("%s seed %d: trial %d's config is not in the landscape", m.Name, seed, rec.Number)
-		}
-		if !ls.Configs[idx].Launched() {
-			run.InfeasibleLaunches++
-			if c.Log != nil {
-				fmt.Fprintf(c.Log, "  %s seed %d: trial %d launched a statically infeasible config: %s (%s)\n",
-					m.Name, seed, rec.Number, ls.Configs[idx].Params, ls.Configs[idx].Reject)
+	for l := 1; l <= c.Budget; l++ {
+		truth := 0.0
+		for _, r := range rungs {
+			if r.Launches <= l {
+				truth = r.Truth
 			}
 		}
-		if crashClasses[rec.FailureClass] {
-			run.CrashLaunches++
+		run.Regret = append(run.Regret, 1-truth)
+	}
+	if n := len(rungs); n > 0 {
+		run.InfeasibleLaunches, run.CrashLaunches = rungs[n-1].Infeasible, rungs[n-1].Crash
+	}
+	launches := 0
+	for _, rec := range last {
+		if !search.RanToEnd(rec.State) {
+			continue
 		}
+		launches++
+		run.Stored++
 		if rec.State == search.StatePruned {
 			run.Pruned++
 		}
-		if lead := leads[i]; lead != nil {
-			if idx, known := keyIndex[lead.ConfigKey]; known {
-				winner = idx
-			}
+		if idx, ok := index[strings.Join(rec.Flags(), " ")]; ok && c.Landscape.Configs[idx].Mean >= 0.97*best && run.FoundTo97 > c.Budget {
+			run.FoundTo97 = launches
 		}
-		run.launch(ls, idx, winner, best, c.Budget)
 	}
-	run.pad(c.Budget)
+	if c.Trace != nil {
+		c.trace(m, seed, last, rungs, index, best)
+	}
 	return run, nil
 }
 
-// leaders returns, after each of recs, the winner the study would declare
-// then: its leader (search.Leader: the best estimate, the config it would
-// confirm first); nil before any.
-func leaders(st *space.Study, recs []search.Record) []*search.Record {
-	out := make([]*search.Record, len(recs))
-	for i := range recs {
-		if l, ok := search.Leader(st, recs[:i+1]); ok {
-			out[i] = &l
-		}
-	}
-	return out
-}
-
-// launch scores one launch of the config at idx, after which the search
+// launch scores one launch of the plain loop at idx, after which it
 // would declare the config at winner (-1: none yet).
 func (r *searchRun) launch(ls *Landscape, idx, winner int, best float64, budget int) {
 	if ls.Configs[idx].Mean >= 0.97*best && r.FoundTo97 > budget {
@@ -266,17 +230,13 @@ func (r *searchRun) pad(budget int) {
 	}
 }
 
-// trace prints a search's trials, one line each, in one write: state,
-// measured and true score, and the leader after each (see leaders; -1
-// before any).
-func (c *comparison) trace(m method, seed int, recs []search.Record, leads []*search.Record, index map[string]int, best float64) {
+// trace prints the study with the largest budget, one line per trial
+// (state, measured and true score), and what each rung of the ladder
+// declared, in one write.
+func (c *comparison) trace(m method, seed int, recs []search.Record, rungs []rung, index map[string]int, best float64) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "trace %s seed %d\n", m.Name, seed)
-	for i, rec := range recs {
-		lead := -1
-		if l := leads[i]; l != nil {
-			lead = l.Number
-		}
+	for _, rec := range recs {
 		truth := "-"
 		if idx, ok := index[strings.Join(rec.Flags(), " ")]; ok {
 			truth = fmt.Sprintf("%.1f%%", c.Landscape.Configs[idx].Mean/best*100)
@@ -292,7 +252,14 @@ func (c *comparison) trace(m method, seed int, recs []search.Record, leads []*se
 				why = why[:90] + "..."
 			}
 		}
-		fmt.Fprintf(&b, "  %3d %-10s score %-6s true %-6s lead %3d %s  %s\n", rec.Number, rec.State, score, truth, lead, paramsLine(rec.Params), why)
+		confirm := ""
+		if rec.ConfirmOf != nil {
+			confirm = fmt.Sprintf("(rerun of %d)", *rec.ConfirmOf)
+		}
+		fmt.Fprintf(&b, "  %3d %-10s score %-6s true %-6s %s %s  %s\n", rec.Number, rec.State, score, truth, confirm, paramsLine(rec.Params), why)
+	}
+	for _, r := range rungs {
+		fmt.Fprintf(&b, "  budget %d: %d launches, declared %.1f%%\n", r.Budget, r.Launches, r.Truth*100)
 	}
 	fmt.Fprint(c.Trace, b.String())
 }
@@ -311,58 +278,6 @@ func hashString(s string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(s))
 	return h.Sum64()
-}
-
-// printComparison prints per method the median launches to 97%, the
-// median regret curve and the infeasible, crash and pruned launches; its
-// last line is the summary: ours, random and goptuna's TPE, and the
-// statically infeasible and crash launches of ours (summed over seeds).
-func printComparison(w io.Writer, runs []searchRun, budget int) {
-	by := map[string][]searchRun{}
-	var names []string
-	for _, r := range runs {
-		if _, ok := by[r.Method]; !ok {
-			names = append(names, r.Method)
-		}
-		by[r.Method] = append(by[r.Method], r)
-	}
-	fmt.Fprintf(w, "\nsearch methods (%d launches each; launches to a winner with true score >= 97%% of the best, %d = never)\n", budget, budget+1)
-	medians := map[string]float64{}
-	sums := map[string][3]int{}
-	for _, name := range names {
-		rs := by[name]
-		to := make([]float64, len(rs))
-		found := make([]float64, len(rs))
-		var inf, crash, pruned, stored int
-		for i, r := range rs {
-			to[i] = float64(r.TrialsTo97)
-			found[i] = float64(r.FoundTo97)
-			inf += r.InfeasibleLaunches
-			crash += r.CrashLaunches
-			pruned += r.Pruned
-			stored += r.Stored
-		}
-		medians[name] = median(to)
-		sums[name] = [3]int{inf, crash, pruned}
-		lo, hi := medianCI(to)
-		fmt.Fprintf(w, "  %-18s median %g, 95%% interval %g-%g (per seed %v); infeasible launches %d, crash launches %d, pruned %d; %.1f trials stored per search\n",
-			name, median(to), lo, hi, ints(to), inf, crash, pruned, float64(stored)/float64(len(rs)))
-		fmt.Fprintf(w, "  %-18s a config >= 97%% first launched after: median %g (per seed %v)\n", "", median(found), ints(found))
-		fmt.Fprintf(w, "  %-18s median regret after n launches:", "")
-		for _, n := range []int{1, 5, 10, 15, 20, 25, 30, 50, 100} {
-			if n > budget {
-				break
-			}
-			reg := make([]float64, len(rs))
-			for i, r := range rs {
-				reg[i] = r.Regret[n-1]
-			}
-			fmt.Fprintf(w, " n=%d %.1f%%", n, median(reg)*100)
-		}
-		fmt.Fprintln(w)
-	}
-	fmt.Fprintf(w, "ours_trials_to_97=%g random_trials_to_97=%g goptuna_tpe_trials_to_97=%g infeasible_launches=%d crash_launches=%d\n",
-		medians["ours"], medians["random"], medians["goptuna_tpe"], sums["ours"][0], sums["ours"][1])
 }
 
 func median(xs []float64) float64 {

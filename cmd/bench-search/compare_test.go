@@ -1,8 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/sgtune/sgtune/search"
 )
 
 // The bootstrap interval of a median holds the median, stays within the
@@ -33,5 +40,145 @@ func TestMedianCI(t *testing.T) {
 	}
 	if lo, hi := medianCI(nil); lo != 0 || hi != 0 {
 		t.Errorf("no seeds: %g-%g", lo, hi)
+	}
+}
+
+// A rung that replays the launches an earlier rung measured gets what a
+// study measured afresh gets: the reuse changes no result.
+func TestLadderReuseIsExact(t *testing.T) {
+	st := loadSmall(t)
+	ls, err := ComputeLandscape(t.Context(), st, landscapeOptions{Profile: "glm-5.3-flash-h200x4", Draws: 2, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre := search.Check(st, func(string) string { return "" })
+	pre.Host = nil // sglang-sim need not be on PATH: nothing runs on this host
+	c := &comparison{Study: st, Profile: "glm-5.3-flash-h200x4", Landscape: ls, Seeds: 1, Budget: 8, NoiseCV: 0.12, Workers: 1, Preflight: &pre,
+		Backend: &virtualBackend{profile: "glm-5.3-flash-h200x4", noiseCV: 0.12, command: len(st.Engine.Command)}}
+	index := landscapeIndex(t, c)
+	best := ls.Configs[ls.Best].Mean
+	m := method{Name: "ours"}
+	shared := &memo{runs: map[uint64]*memoRun{}}
+	if _, _, err := c.study(t.Context(), m, 3, 5, shared, index, best); err != nil {
+		t.Fatal(err)
+	}
+	reused := len(shared.runs)
+	replayed, recsA, err := c.study(t.Context(), m, 3, 8, shared, index, best)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, recsB, err := c.study(t.Context(), m, 3, 8, &memo{runs: map[uint64]*memoRun{}}, index, best)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reused == 0 || replayed != fresh {
+		t.Fatalf("replayed %+v, fresh %+v (%d launches reused)", replayed, fresh, reused)
+	}
+	if len(recsA) != len(recsB) {
+		t.Fatalf("%d trials replayed, %d fresh", len(recsA), len(recsB))
+	}
+	for i := range recsA {
+		a, b := recsA[i], recsB[i]
+		if a.State != b.State || a.ConfigKey != b.ConfigKey || (a.Score == nil) != (b.Score == nil) || (a.Score != nil && *a.Score != *b.Score) {
+			t.Errorf("trial %d: replayed %s %s %v, fresh %s %s %v", i, a.State, a.ConfigKey, a.Score, b.State, b.ConfigKey, b.Score)
+		}
+	}
+	if fresh.Launches <= 8 {
+		t.Errorf("%d launches for budget 8: the confirmation runs are not counted", fresh.Launches)
+	}
+}
+
+func landscapeIndex(t *testing.T, c *comparison) map[string]int {
+	t.Helper()
+	index := map[string]int{}
+	for i, ct := range c.Landscape.Configs {
+		cfg, err := c.Study.Resolve(ct.Params, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		index[strings.Join(cfg.Flags, " ")] = i
+	}
+	return index
+}
+
+// The ladder covers every other budget up to 12, then every 5th, and
+// always the full budget.
+func TestLadder(t *testing.T) {
+	for _, tt := range []struct {
+		budget int
+		want   []int
+	}{
+		{30, []int{2, 4, 6, 8, 10, 12, 15, 20, 25, 30}},
+		{17, []int{2, 4, 6, 8, 10, 12, 15, 17}},
+		{1, []int{1}},
+	} {
+		if got := ladder(tt.budget); !slices.Equal(got, tt.want) {
+			t.Errorf("ladder(%d) = %v, want %v", tt.budget, got, tt.want)
+		}
+	}
+}
+
+// The suite line: ours' worst and median landscape, the worst regret,
+// random's smallest lead and the infeasible launches; a method not run
+// is "-", never 0.
+func TestSuiteLine(t *testing.T) {
+	runs := func(method string, to ...int) []searchRun {
+		var out []searchRun
+		for i, n := range to {
+			r := searchRun{Method: method, Seed: i + 1, TrialsTo97: n, InfeasibleLaunches: 0}
+			for l := 1; l <= 30; l++ {
+				reg := 0.5
+				if l >= n {
+					reg = 0.01
+				}
+				r.Regret = append(r.Regret, reg)
+			}
+			out = append(out, r)
+		}
+		return out
+	}
+	a := scored{Name: "a", Budget: 30, Runs: append(runs("ours", 8, 9, 10), runs("random", 20, 31, 31)...)}
+	b := scored{Name: "b", Budget: 30, Runs: append(runs("ours", 12, 14, 16), runs("random", 25, 28, 31)...)}
+	got := suiteLine([]scored{a, b})
+	want := "suite_landscapes=2 ours_worst_trials_to_97=14 ours_median_trials_to_97=11.5 ours_worst_regret_at_30=1.0% random_over_ours_min=2.00 infeasible_launches=0"
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	var out bytes.Buffer
+	printScored(&out, scored{Name: "c", Budget: 30, Runs: runs("ours", 5)}, 1)
+	if !regexp.MustCompile(`(?m)^  goptuna_tpe +- +- +- +-`).MatchString(out.String()) {
+		t.Errorf("a method not run should print -:\n%s", out.String())
+	}
+	if got := suiteLine([]scored{{Name: "c", Budget: 30, Runs: runs("ours", 5)}}); !strings.Contains(got, "random_over_ours_min=- ") {
+		t.Errorf("without random: %s", got)
+	}
+}
+
+func TestLoadSuite(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, "suite.yaml")
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ms, err := loadSuite(write("landscapes:\n  - {name: a, study: s.yaml, profile: p.yaml}\n  - {name: b, study: ../t.yaml, profile: glm-5.3-flash-h200x4}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms[0].Study != filepath.Join(dir, "s.yaml") || ms[0].Profile != filepath.Join(dir, "p.yaml") || ms[1].Profile != "glm-5.3-flash-h200x4" {
+		t.Errorf("paths not relative to the suite: %+v", ms)
+	}
+	for _, body := range []string{
+		"landscapes: []\n",
+		"landscapes:\n  - {name: a}\n",
+		"landscapes:\n  - {name: a, study: s}\n  - {name: a, study: t}\n",
+		"landscapes:\n  - {name: a, study: s, profile: p, table: t}\n",
+		"landscapes:\n  - {name: a, study: s, colour: red}\n",
+	} {
+		if _, err := loadSuite(write(body)); err == nil {
+			t.Errorf("%q: no error", body)
+		}
 	}
 }

@@ -381,30 +381,89 @@ func parallel(ctx context.Context, workers, n int, fn func(i int) error) error {
 	return ctx.Err()
 }
 
-// cacheKey identifies a landscape: this program (its executable: the
-// simulator's code and bundled profiles), the profile and study contents,
-// the draws.
+// cacheKey identifies a landscape: the profile and study contents and
+// the draws. The program is not part of it: a cached landscape is checked
+// against this build instead (see stale), so a change that does not move
+// the simulator keeps its cache.
 func cacheKey(studyPath string, opt landscapeOptions) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "landscape v%d draws %d screen %d refine %g share %v\n", landscapeVersion, opt.Draws, opt.ScreenDraws, opt.Refine, !opt.NoShare)
-	profile := opt.Profile
-	exe, err := os.Executable()
-	if err != nil {
+	if err := hashFile(h, studyPath); err != nil {
 		return "", fmt.Errorf("cache key: %w", err)
 	}
-	for _, f := range []string{exe, studyPath} {
-		if err := hashFile(h, f); err != nil {
-			return "", fmt.Errorf("cache key: %w", err)
-		}
-	}
-	if _, err := os.Stat(profile); err == nil {
-		if err := hashFile(h, profile); err != nil {
+	if _, err := os.Stat(opt.Profile); err == nil {
+		if err := hashFile(h, opt.Profile); err != nil {
 			return "", fmt.Errorf("cache key: %w", err)
 		}
 	} else {
-		fmt.Fprintf(h, "bundled profile %s\n", profile)
+		fmt.Fprintf(h, "bundled profile %s\n", opt.Profile)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:24], nil
+}
+
+// staleChecks is how many configs of a cached landscape are measured
+// again before it is used.
+const staleChecks = 24
+
+// stale measures again, with this build, the first draw of a sample of a
+// cached landscape's configs (the best, the rest spread over the space)
+// and returns the first that differs: a change to the simulator, the load
+// generator or the outcome rules that moves any of them makes the cache
+// stale.
+func stale(ctx context.Context, st *space.Study, ls *Landscape, profile string) (string, error) {
+	var sample []int
+	if ls.Best >= 0 {
+		sample = append(sample, ls.Best)
+	}
+	step := max(len(ls.Configs)/staleChecks, 1)
+	for i := step / 2; i < len(ls.Configs); i += step {
+		sample = append(sample, i)
+	}
+	for _, i := range sample {
+		ct := &ls.Configs[i]
+		cfg, err := st.Resolve(ct.Params, nil)
+		if err != nil {
+			return "", err
+		}
+		if rej := st.Check(cfg); len(rej) > 0 || !ct.Launched() {
+			if (len(rej) > 0) != !ct.Launched() {
+				return fmt.Sprintf("%s: static check changed", ct.Params), nil
+			}
+			continue
+		}
+		srv, facts, err := startVirtual(ctx, cfg.Flags, virtual.Options{Profile: profile})
+		var f *launcher.Failure
+		if errors.As(err, &f) {
+			if len(ct.Values) > 0 || ct.Class != f.Class {
+				return fmt.Sprintf("%s: startup now %s, cached %s", ct.Params, f.Class, ct.Class), nil
+			}
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if o := search.Decide(st, nil, facts, nil, nil, nil); o.Class == search.ClassLimitsReduced {
+			if len(ct.Values) > 0 {
+				return fmt.Sprintf("%s: now reduces its limits", ct.Params), nil
+			}
+			continue
+		}
+		if len(ct.Values) == 0 {
+			return fmt.Sprintf("%s: now starts, cached %s", ct.Params, ct.Class), nil
+		}
+		r, err := srv.Relaunch(virtual.Options{Seed: 0})
+		if err != nil {
+			return "", err
+		}
+		o, err := try(ctx, st, r, facts)
+		if err != nil {
+			return "", err
+		}
+		if o.Value() != ct.Values[0] {
+			return fmt.Sprintf("%s: draw 0 now %g, cached %g", ct.Params, o.Value(), ct.Values[0]), nil
+		}
+	}
+	return "", nil
 }
 
 func hashFile(w io.Writer, path string) error {

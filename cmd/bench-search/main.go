@@ -1,30 +1,38 @@
-// Command bench-search measures search methods on a study's landscape
-// without servers: every trial runs the simulator's engine in virtual time
+// Command bench-search measures search methods on landscapes without
+// servers: every trial runs the simulator's engine in virtual time
 // (sim/virtual) with the same startup, scheduler, memory model, performance
 // model and faults as a real `sgtune run` against sglang-sim.
 //
-//	bench-search --study FILE [--profile NAME|FILE] [--draws K] [--landscape]
-//	    [--seeds 20] [--budget 30] [--noise-cv 0.12] [--workers N] [--cache DIR] [--refresh]
+//	bench-search [--suite FILE | --study FILE [--profile NAME|FILE]] [--landscape]
+//	    [--seeds 20] [--budget 30] [--noise-cv 0.12] [--methods ours,random,goptuna_tpe]
+//	    [--draws K] [--workers N] [--cache DIR] [--refresh]
 //
-// The landscape is the true score of every config of the study's space:
-// each feasible config run over K of the simulator's own random draws (no
-// measurement noise), its value averaged; it is cached per program,
-// profile, study and K under ${SGTUNE_CACHE:-$HOME/.cache/sgtune}/bench-search/.
-// --landscape prints its summary and exits. Otherwise the search methods
-// run, each --seeds times with a budget of --budget launches, every launch
-// measured with multiplicative noise of --noise-cv per repeat, and the
-// launches until the winner the study would declare has a true score of at
-// least 97% of the best are reported. Methods: ours (the study loop with
-// the study's own budget.sampler, what a user running the study gets),
-// ours_tpe, ours_bayes and ours_random (the loop with those samplers), and the
-// baselines random, goptuna_tpe and grid. A method's noise draws are keyed
-// by its name and the seed, so two runs of one method compare; 20 seeds
-// decide little (see docs/study-file.md).
+// A landscape is the true score of every config of a study's space: each
+// feasible config run over K of the simulator's own random draws (no
+// measurement noise), its value averaged. It is cached per profile, study
+// and K under ${SGTUNE_CACHE:-$HOME/.cache/sgtune}/bench-search/, and a
+// cached one is used only when this build measures a sample of its configs
+// the same (see stale). --landscape prints the summaries and exits.
+//
+// Otherwise each method runs --seeds studies per landscape, every launch
+// measured with multiplicative noise of --noise-cv per repeat. ours is
+// what a user running the study gets: search.Run with the study's own
+// sampler, parallelism, engine-default baseline and confirmation, run at
+// every budget of a ladder up to --budget launches; every launch is
+// counted (search trials, the baseline, confirmation reruns) and the
+// winner scored is the one the study declares. ours_tpe, ours_bayes and
+// ours_random are the same loop with another sampler; random, goptuna_tpe
+// and grid are the plain propose-launch-tell loop of the peer tools.
+// Printed per landscape and method: the median launches to a declared
+// winner whose true score is at least 97% of the best, with its 95%
+// interval, the median regret after 10, 20 and 30 launches, and the crash
+// and infeasible launches per study; the last line sums up the suite.
+// A method's draws are keyed by its name, the seed and the launch's
+// history, so two runs of one method compare; 20 seeds decide little.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -62,23 +70,24 @@ func defaultCacheDir() string {
 func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench-search", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	studyPath := fs.String("study", "testdata/studies/glm-5.3-flash-h200x4.yaml", "study file")
+	suitePath := fs.String("suite", "", "a suite file (YAML: landscapes: [{name, study, profile or table, why}]): run every landscape of it")
+	studyPath := fs.String("study", "testdata/studies/glm-5.3-flash-h200x4.yaml", "study file (without --suite)")
 	profile := fs.String("profile", "", "simulator profile: a bundled name or a file (default: the study command's --sim-profile, else "+sim.DefaultProfile+")")
 	draws := fs.Int("draws", defaultDraws, "simulator draws (seeds) averaged per config near the top for the true score")
 	screen := fs.Int("screen-draws", defaultScreenDraws, "draws every config gets first (0: all get --draws)")
 	refine := fs.Float64("refine", defaultRefine, "configs whose screened true score is at least this fraction of the best get all --draws")
 	onlyLandscape := fs.Bool("landscape", false, "print the landscape summary and exit")
 	seeds := fs.Int("seeds", 20, "searches per method (search seeds)")
-	budget := fs.Int("budget", 30, "launches per search")
+	budget := fs.Int("budget", 30, "launches per search, every launch counted (search trials, the engine default, reruns)")
 	noiseCV := fs.Float64("noise-cv", 0.12, "measurement noise per repeat: coefficient of variation of a log-normal factor (0: none)")
 	workers := fs.Int("workers", runtime.NumCPU(), "parallel virtual trials")
 	cacheDir := fs.String("cache", defaultCacheDir(), "landscape cache directory")
 	refresh := fs.Bool("refresh", false, "recompute the landscape even when cached")
-	from := fs.String("landscape-from", "", "use this cached landscape file (from an earlier build) instead of the one keyed by this build")
+	from := fs.String("landscape-from", "", "use this cached landscape file instead of the one keyed by the study (without --suite)")
 	noShare := fs.Bool("no-share", false, "measure every config itself instead of sharing measurements between configs that behave the same (slow; checks the sharing)")
 	quiet := fs.Bool("q", false, "no progress lines")
 	trace := fs.Bool("trace", false, "print every trial of every search of ours (state, params, measured and true score) to stderr")
-	only := fs.String("methods", "", "comma-separated methods to run (default: all: "+methodNames()+")")
+	only := fs.String("methods", strings.Join(reported, ","), "comma-separated methods to run; all: "+methodNames())
 	if err := fs.Parse(argv); err != nil {
 		return 2
 	}
@@ -99,66 +108,98 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		return bad("--noise-cv %v: want 0 or more", *noiseCV)
 	case *workers < 1:
 		return bad("--workers %d: want at least 1", *workers)
-	}
-	st, err := space.Load(*studyPath)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	if st.Workload.Kind != "chat" {
-		return bad("%s: workload kind %s: the virtual runner measures chat workloads only", *studyPath, st.Workload.Kind)
-	}
-	if *profile == "" {
-		*profile = studyProfile(st.Engine.Command)
-	}
-	if _, err := sim.LoadProfile(*profile); err != nil {
-		return bad("--profile: %v", err)
-	}
-	progress := stderr
-	if *quiet {
-		progress = nil
-	}
-	lopt := landscapeOptions{Profile: *profile, Draws: *draws, ScreenDraws: *screen, Refine: *refine, NoShare: *noShare, Workers: *workers, Log: progress}
-	var ls *Landscape
-	if *from != "" {
-		var ok bool
-		if ls, ok, err = loadLandscape(*from); err == nil && !ok {
-			err = fmt.Errorf("%s: not a landscape of this version", *from)
-		}
-	} else {
-		ls, err = landscape(ctx, st, *studyPath, lopt, *cacheDir, *refresh)
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "bench-search:", err)
-		if errors.Is(err, context.Canceled) {
-			return 1
-		}
-		return 1
-	}
-	printSummary(stdout, ls)
-	if *onlyLandscape {
-		return 0
-	}
-	pre := search.Check(st, os.Getenv)
-	if err := pre.NoFeasible(); err != nil {
-		fmt.Fprintln(stderr, "bench-search:", err)
-		return 2
-	}
-	cmp := comparison{Study: st, Profile: *profile, Landscape: ls, Seeds: *seeds, Budget: *budget, NoiseCV: *noiseCV,
-		Workers: *workers, Log: progress, Preflight: &pre}
-	if *trace {
-		cmp.Trace = stderr
+	case *suitePath != "" && *from != "":
+		return bad("--landscape-from: one landscape only; not with --suite")
 	}
 	ms, err := pickMethods(*only)
 	if err != nil {
 		return bad("--methods: %v", err)
 	}
-	res, err := cmp.Run(ctx, ms)
-	if err != nil {
-		fmt.Fprintln(stderr, "bench-search:", err)
-		return 1
+	members := []member{{Name: "", Study: *studyPath, Profile: *profile}}
+	if *suitePath != "" {
+		if members, err = loadSuite(*suitePath); err != nil {
+			fmt.Fprintln(stderr, "bench-search:", err)
+			return 2
+		}
 	}
-	printComparison(stdout, res, *budget)
+	progress := stderr
+	if *quiet {
+		progress = nil
+	}
+	// Every study is loaded and checked before anything runs: a bad
+	// member fails the suite at once.
+	studies := make([]*space.Study, len(members))
+	for i := range members {
+		m := &members[i]
+		st, err := space.Load(m.Study)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
+		if st.Workload.Kind != "chat" {
+			return bad("%s: workload kind %s: the virtual runner measures chat workloads only", m.Study, st.Workload.Kind)
+		}
+		if m.Name == "" {
+			m.Name = st.Name
+		}
+		if m.Profile == "" {
+			m.Profile = studyProfile(st.Engine.Command)
+		}
+		if _, err := sim.LoadProfile(m.Profile); err != nil {
+			return bad("%s: profile: %v", m.Name, err)
+		}
+		studies[i] = st
+	}
+	var all []scored
+	for i, m := range members {
+		st := studies[i]
+		lopt := landscapeOptions{Profile: m.Profile, Draws: *draws, ScreenDraws: *screen, Refine: *refine, NoShare: *noShare, Workers: *workers, Log: progress}
+		var ls *Landscape
+		if *from != "" {
+			var ok bool
+			if ls, ok, err = loadLandscape(*from); err == nil && !ok {
+				err = fmt.Errorf("%s: not a landscape of this version", *from)
+			}
+		} else {
+			ls, err = landscape(ctx, st, m.Study, lopt, *cacheDir, *refresh)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "bench-search:", err)
+			return 1
+		}
+		if len(members) > 1 {
+			fmt.Fprintf(stdout, "\n== %s (%s)\n", m.Name, m.Why)
+		}
+		printSummary(stdout, ls)
+		if *onlyLandscape {
+			continue
+		}
+		pre := search.Check(st, os.Getenv)
+		if err := pre.NoFeasible(); err != nil {
+			fmt.Fprintln(stderr, "bench-search:", err)
+			return 2
+		}
+		// Nothing runs on this host: the engine command need not be here.
+		pre.Host = nil
+		cmp := comparison{Study: st, Profile: m.Profile, Landscape: ls, Seeds: *seeds, Budget: *budget, NoiseCV: *noiseCV,
+			Workers: *workers, Log: progress, Preflight: &pre,
+			Backend: &virtualBackend{profile: m.Profile, noiseCV: *noiseCV, command: len(st.Engine.Command)}}
+		if *trace {
+			cmp.Trace = stderr
+		}
+		res, err := cmp.Run(ctx, ms)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench-search:", err)
+			return 1
+		}
+		s := scored{Name: m.Name, Budget: *budget, Runs: res}
+		printScored(stdout, s, st.Budget.Parallel)
+		all = append(all, s)
+	}
+	if *onlyLandscape {
+		return 0
+	}
+	fmt.Fprintln(stdout, suiteLine(all))
 	return 0
 }
 
@@ -176,10 +217,19 @@ func landscape(ctx context.Context, st *space.Study, studyPath string, opt lands
 			return nil, err
 		}
 		if ok {
-			if log != nil {
-				fmt.Fprintf(log, "landscape from %s\n", path)
+			why, err := stale(ctx, st, ls, opt.Profile)
+			if err != nil {
+				return nil, err
 			}
-			return ls, nil
+			if why == "" {
+				if log != nil {
+					fmt.Fprintf(log, "landscape from %s\n", path)
+				}
+				return ls, nil
+			}
+			if log != nil {
+				fmt.Fprintf(log, "cached landscape %s is stale (%s): computing it again\n", path, why)
+			}
 		}
 	}
 	ls, err := ComputeLandscape(ctx, st, opt)

@@ -124,14 +124,14 @@ func TestRunCachesAndCompares(t *testing.T) {
 	}
 	out.Reset()
 	errOut.Reset()
-	if code := run(context.Background(), append(args, "--seeds", "3", "--budget", "6", "--noise-cv", "0.12"), &out, &errOut); code != 0 {
+	if code := run(context.Background(), append(args, "--seeds", "3", "--budget", "6", "--noise-cv", "0.12", "--methods", "ours,random"), &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	if !strings.Contains(errOut.String(), "landscape from") {
 		t.Errorf("second run did not use the cache: %s", errOut.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	summary := regexp.MustCompile(`^ours_trials_to_97=[0-9.]+ random_trials_to_97=[0-9.]+ goptuna_tpe_trials_to_97=[0-9.]+ infeasible_launches=[0-9]+ crash_launches=[0-9]+$`)
+	summary := regexp.MustCompile(`^suite_landscapes=1 ours_worst_trials_to_97=[0-9.]+ ours_median_trials_to_97=[0-9.]+ ours_worst_regret_at_30=[0-9.]+% random_over_ours_min=[0-9.]+ infeasible_launches=[0-9]+$`)
 	if last := lines[len(lines)-1]; !summary.MatchString(last) {
 		t.Errorf("last line %q, want the issue's summary format", last)
 	}

@@ -14,28 +14,23 @@ import (
 	"github.com/sgtune/sgtune/space"
 )
 
-// virtualBackend is a search.Backend whose servers are the simulator's
-// engine in virtual time: the study loop starts, measures and stops them
-// exactly as it does launched processes, and classifies their ends from
-// their logs with the launcher's own classification.
+// virtualBackend starts the simulator's engine in virtual time: the study
+// loop starts, measures and stops its servers exactly as it does launched
+// processes, and classifies their ends from their logs with the
+// launcher's own classification.
 type virtualBackend struct {
 	profile string
 	noiseCV float64
 	// command is how many words of a trial's argv are the engine command
 	// (the rest are the config's flags).
 	command int
-	// draws returns the simulator and noise seeds of the next launch.
-	draws func() (seed, noise uint64)
 }
 
-var _ search.Backend = (*virtualBackend)(nil)
-
-// Start implements search.Backend.
-func (b *virtualBackend) Start(ctx context.Context, spec launcher.Spec) (search.Running, error) {
+// startDrawn starts a launch with the given simulator and noise seeds.
+func (b *virtualBackend) startDrawn(ctx context.Context, spec launcher.Spec, seed, noise uint64) (search.Running, error) {
 	if len(spec.Argv) < b.command {
 		return nil, fmt.Errorf("virtual launch: argv %q is shorter than the engine command", spec.Argv)
 	}
-	seed, noise := b.draws()
 	flags := spec.Argv[b.command:]
 	srv, facts, err := startVirtual(ctx, flags, virtual.Options{Profile: b.profile, Seed: seed, NoiseCV: b.noiseCV, NoiseSeed: noise})
 	if err != nil {
