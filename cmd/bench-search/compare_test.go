@@ -54,7 +54,7 @@ func TestLadderReuseIsExact(t *testing.T) {
 	pre := search.Check(st, func(string) string { return "" })
 	pre.Host = nil // sglang-sim need not be on PATH: nothing runs on this host
 	c := &comparison{Study: st, Profile: "glm-5.3-flash-h200x4", Landscape: ls, Seeds: 1, Budget: 8, NoiseCV: 0.12, Workers: 1, Preflight: &pre,
-		Backend: &virtualBackend{profile: "glm-5.3-flash-h200x4", noiseCV: 0.12, command: len(st.Engine.Command)}}
+		Backend: &virtualBackend{profile: "glm-5.3-flash-h200x4", noiseCV: 0.12, eng: newSimEngine(st)}}
 	index := landscapeIndex(t, c)
 	best := ls.Configs[ls.Best].Mean
 	m := method{Name: "ours"}

@@ -153,9 +153,10 @@ func ComputeLandscape(ctx context.Context, st *space.Study, opt landscapeOptions
 
 	// Startups: the live startup code, in process.
 	vopt := virtual.Options{Profile: opt.Profile}
+	eng := newSimEngine(st)
 	err := parallel(ctx, opt.Workers, len(feasible), func(i int) error {
 		c := feasible[i]
-		srv, facts, err := startVirtual(ctx, c.cfg.Flags, vopt)
+		srv, facts, err := startVirtual(ctx, eng, st.Argv(c.cfg), vopt)
 		var f *launcher.Failure
 		if errors.As(err, &f) {
 			ct := &ls.Configs[c.idx]
@@ -237,7 +238,7 @@ func ComputeLandscape(ctx context.Context, st *space.Study, opt landscapeOptions
 						if err != nil {
 							return err
 						}
-						out, err := try(ctx, st, srv, c.facts)
+						out, err := try(ctx, st, eng.kind, srv, c.facts)
 						if err != nil {
 							return err
 						}
@@ -416,6 +417,7 @@ func stale(ctx context.Context, st *space.Study, ls *Landscape, profile string) 
 		sample = append(sample, ls.Best)
 	}
 	step := max(len(ls.Configs)/staleChecks, 1)
+	eng := newSimEngine(st)
 	for i := step / 2; i < len(ls.Configs); i += step {
 		sample = append(sample, i)
 	}
@@ -431,7 +433,7 @@ func stale(ctx context.Context, st *space.Study, ls *Landscape, profile string) 
 			}
 			continue
 		}
-		srv, facts, err := startVirtual(ctx, cfg.Flags, virtual.Options{Profile: profile})
+		srv, facts, err := startVirtual(ctx, eng, st.Argv(cfg), virtual.Options{Profile: profile})
 		var f *launcher.Failure
 		if errors.As(err, &f) {
 			if len(ct.Values) > 0 || ct.Class != f.Class {
@@ -455,7 +457,7 @@ func stale(ctx context.Context, st *space.Study, ls *Landscape, profile string) 
 		if err != nil {
 			return "", err
 		}
-		o, err := try(ctx, st, r, facts)
+		o, err := try(ctx, st, eng.kind, r, facts)
 		if err != nil {
 			return "", err
 		}

@@ -179,11 +179,12 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "bench-search:", err)
 			return 2
 		}
-		// Nothing runs on this host: the engine command need not be here.
+		// Every launch runs in process, in virtual time: the engine command
+		// need not be on this host.
 		pre.Host = nil
 		cmp := comparison{Study: st, Profile: m.Profile, Landscape: ls, Seeds: *seeds, Budget: *budget, NoiseCV: *noiseCV,
 			Workers: *workers, Log: progress, Preflight: &pre,
-			Backend: &virtualBackend{profile: m.Profile, noiseCV: *noiseCV, command: len(st.Engine.Command)}}
+			Backend: &virtualBackend{profile: m.Profile, noiseCV: *noiseCV, eng: newSimEngine(st)}}
 		if *trace {
 			cmp.Trace = stderr
 		}
