@@ -65,6 +65,9 @@ type Landscape struct {
 	WallS    float64 `json:"wall_s"`    // to compute it
 	StartupS float64 `json:"startup_s"` // of which startups
 	Workers  int     `json:"workers"`
+	// replay, for a landscape read from a measured table (--table), is
+	// the table the searches' launches replay (tableBackend).
+	replay *tableReplay
 }
 
 // ConfigTruth is one config of the space.

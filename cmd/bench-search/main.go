@@ -40,6 +40,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -68,6 +69,10 @@ func defaultCacheDir() string {
 }
 
 func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
+	// Measured tables (table.go): --record-table records one.
+	if slices.ContainsFunc(argv, isRecordFlag) {
+		return recordMain(ctx, argv, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("bench-search", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	suitePath := fs.String("suite", "", "a suite file (YAML: landscapes: [{name, study, profile or table, why}]): run every landscape of it")
@@ -87,6 +92,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	noShare := fs.Bool("no-share", false, "measure every config itself instead of sharing measurements between configs that behave the same (slow; checks the sharing)")
 	quiet := fs.Bool("q", false, "no progress lines")
 	trace := fs.Bool("trace", false, "print every trial of every search of ours (state, params, measured and true score) to stderr")
+	tablePath := fs.String("table", "", "measured table (see --record-table) of --study's space: the landscape and every launch come from it instead of the simulator")
 	only := fs.String("methods", strings.Join(reported, ","), "comma-separated methods to run; all: "+methodNames())
 	if err := fs.Parse(argv); err != nil {
 		return 2
@@ -108,14 +114,16 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		return bad("--noise-cv %v: want 0 or more", *noiseCV)
 	case *workers < 1:
 		return bad("--workers %d: want at least 1", *workers)
-	case *suitePath != "" && *from != "":
-		return bad("--landscape-from: one landscape only; not with --suite")
+	case *suitePath != "" && (*from != "" || *tablePath != ""):
+		return bad("--landscape-from, --table: one landscape only; not with --suite (a suite member names its table)")
+	case *tablePath != "" && (*from != "" || *profile != ""):
+		return bad("--table: the landscape comes from the table; not with --landscape-from or --profile")
 	}
 	ms, err := pickMethods(*only)
 	if err != nil {
 		return bad("--methods: %v", err)
 	}
-	members := []member{{Name: "", Study: *studyPath, Profile: *profile}}
+	members := []member{{Name: "", Study: *studyPath, Profile: *profile, Table: *tablePath}}
 	if *suitePath != "" {
 		if members, err = loadSuite(*suitePath); err != nil {
 			fmt.Fprintln(stderr, "bench-search:", err)
@@ -142,6 +150,10 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		if m.Name == "" {
 			m.Name = st.Name
 		}
+		if m.Table != "" {
+			studies[i] = st
+			continue
+		}
 		if m.Profile == "" {
 			m.Profile = studyProfile(st.Engine.Command)
 		}
@@ -155,7 +167,13 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		st := studies[i]
 		lopt := landscapeOptions{Profile: m.Profile, Draws: *draws, ScreenDraws: *screen, Refine: *refine, NoShare: *noShare, Workers: *workers, Log: progress}
 		var ls *Landscape
-		if *from != "" {
+		var backend drawnBackend = &virtualBackend{profile: m.Profile, noiseCV: *noiseCV, eng: newSimEngine(st)}
+		if m.Table != "" {
+			ls, err = tableLandscape(m.Table, st)
+			if err == nil {
+				backend = &tableBackend{replay: ls.replay}
+			}
+		} else if *from != "" {
 			var ok bool
 			if ls, ok, err = loadLandscape(*from); err == nil && !ok {
 				err = fmt.Errorf("%s: not a landscape of this version", *from)
@@ -171,6 +189,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "\n== %s (%s)\n", m.Name, m.Why)
 		}
 		printSummary(stdout, ls)
+		printTableSummary(stdout, ls)
 		if *onlyLandscape {
 			continue
 		}
@@ -183,8 +202,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		// need not be on this host.
 		pre.Host = nil
 		cmp := comparison{Study: st, Profile: m.Profile, Landscape: ls, Seeds: *seeds, Budget: *budget, NoiseCV: *noiseCV,
-			Workers: *workers, Log: progress, Preflight: &pre,
-			Backend: &virtualBackend{profile: m.Profile, noiseCV: *noiseCV, eng: newSimEngine(st)}}
+			Workers: *workers, Log: progress, Preflight: &pre, Backend: backend}
 		if *trace {
 			cmp.Trace = stderr
 		}

@@ -81,6 +81,19 @@ type drawnBackend interface {
 	startDrawn(ctx context.Context, spec launcher.Spec, seed, noise uint64) (search.Running, error)
 }
 
+// drawing is a drawnBackend as a search.Backend: each launch takes the
+// next draws.
+type drawing struct {
+	next  drawnBackend
+	draws func() (seed, noise uint64)
+}
+
+// Start implements search.Backend.
+func (d *drawing) Start(ctx context.Context, spec launcher.Spec) (search.Running, error) {
+	seed, noise := d.draws()
+	return d.next.startDrawn(ctx, spec, seed, noise)
+}
+
 // memoBackend starts launches through a virtual backend with draws keyed
 // by the launch's history (the study's seed, the flags of every launch so
 // far and its own), reusing a recorded measurement of the same history.
