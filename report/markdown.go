@@ -77,7 +77,7 @@ func writeMarkdown(w io.Writer, v *view) {
 			first, _ := rankScore(v.Ranked[0], st.Confirmations)
 			second, _ := rankScore(v.Ranked[1], st.Confirmations)
 			if second > first {
-				note += " The declared winner ranks first although a config below it scored higher: the study declares on pooled reruns, and within the measured spread a tie goes to the config with fewer flags changed from the engine's defaults (see Confirmation reruns)."
+				note += " The declared winner ranks first although a config below it scored higher: the study declares on pooled reruns, and within the measured spread a tie goes to the config with fewer flags changed from the engine's defaults when it is within 1% of the best (see Confirmation reruns)."
 			}
 		}
 		fmt.Fprintln(w, note)

@@ -249,7 +249,7 @@ func contains(list []string, s string) bool {
 // the declared winner (trial number winner, -1 for none), then a confirmed
 // config by its pooled score, as the study declares (see rankScore), any
 // other by its one run. The winner can score below a config it tied with:
-// a tie goes to the config with fewer flags changed.
+// a tie goes to the config with fewer flags changed within 1% of the best.
 func rankComplete(trials []Trial, confirmed []Confirmation, winner int) []Trial {
 	var out []Trial
 	for _, t := range trials {

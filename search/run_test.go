@@ -1131,8 +1131,11 @@ func TestDeclare(t *testing.T) {
 		say   string
 	}{
 		{"clear win", []Candidate{simple(run(1, 100, 102), 3), simple(run(2, 90, 91), 1)}, 1, "[]", "more than either spread"},
-		{"tie goes to the simpler", []Candidate{simple(run(1, 100, 110), 5), simple(run(2, 98, 104), 2)}, 2, "[1]", "the simpler config wins (2 flags vs 5)"},
-		{"tie, the best is also the simplest", []Candidate{simple(run(1, 100, 110), 1), simple(run(2, 98, 104), 2)}, 1, "[2]", "is no more complex"},
+		{"tie within 1% goes to the simpler", []Candidate{simple(run(1, 100, 110), 5), simple(run(2, 102, 106.5), 2)}, 2, "[1]", "the simpler config wins (2 flags vs 5)"},
+		// The real llama-server's two runs: 3.8% apart inside a spread of
+		// 10: the best pooled score wins, though it sets a flag more.
+		{"tie beyond 1% goes to the best", []Candidate{simple(run(17, 180.1, 227.3), 6), simple(run(15, 188.5, 188.5), 5)}, 17, "[15]", "no simpler config is within 1%"},
+		{"tie, the best is also the simplest", []Candidate{simple(run(1, 100, 110), 1), simple(run(2, 98, 104), 2)}, 1, "[2]", "no simpler config is within 1%"},
 		{"only one", []Candidate{run(7, 50)}, 7, "[]", "the only confirmed config"},
 	}
 	for _, tc := range tests {

@@ -70,7 +70,8 @@ flags give: --slo (repeatable; 'none' drops every SLO), --concurrency and
 The new winner is declared as the study declared its own: among the configs
 it confirmed (measured again before declaring), on the mean of each one's
 runs, a run that misses the new SLO counting 0; configs within the measured
-spread of the best are a tie, won by the config with fewer flags changed. A
+spread of the best are a tie, won by the config with fewer flags changed when
+it is within 1% of the best. A
 config measured once ranks by its one run but is not declared over a
 confirmed one; only when no confirmed config meets the new score (or the
 study confirmed none) does the best single run win. The old winner is the
@@ -449,7 +450,7 @@ func printRescore(w io.Writer, study, spec string, res rescoring, total, declare
 			strings.Join(above, ", "))
 	}
 	if n > len(rows) {
-		fmt.Fprintln(w, "a confirmed config (RUNS > 1) ranks on the mean of its runs, a run that misses counting 0 (and measuring no spread); the winner is declared among them as the study declares: within the measured spread, the config with fewer flags changed")
+		fmt.Fprintln(w, "a confirmed config (RUNS > 1) ranks on the mean of its runs, a run that misses counting 0 (and measuring no spread); the winner is declared among them as the study declares: within the measured spread and 1% of the best, the config with fewer flags changed")
 	}
 }
 

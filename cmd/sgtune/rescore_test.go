@@ -277,7 +277,7 @@ func TestRescorePoolsConfirmationRuns(t *testing.T) {
 // TestRescoreDeclaresAsTheStudy: rescore declares its winner by the rule
 // the study declared its own (search.Declare), so the study's own score
 // names the study's winner. Busy and plain were confirmed and tie within
-// plain's spread; plain changes fewer flags and won. Lucky's single run
+// plain's spread, 0.8% apart; plain changes fewer flags and won. Lucky's single run
 // is above both but was never measured again.
 func TestRescoreDeclaresAsTheStudy(t *testing.T) {
 	busy, plain := 0, 1
@@ -285,12 +285,12 @@ func TestRescoreDeclaresAsTheStudy(t *testing.T) {
 		{name: "busy", tokS: 1900, ttftLo: 0.2, ttftHi: 0.6},
 		{name: "plain", tokS: 1800, ttftLo: 0.2, ttftHi: 0.6},
 		{name: "lucky", tokS: 2000, ttftLo: 0.1, ttftHi: 0.3},
-		{name: "busy again", tokS: 1860, ttftLo: 0.2, ttftHi: 0.6, rerunOf: &busy},
-		{name: "plain again", tokS: 1880, ttftLo: 0.2, ttftHi: 0.9, rerunOf: &plain},
+		{name: "busy again", tokS: 1830, ttftLo: 0.2, ttftHi: 0.6, rerunOf: &busy},
+		{name: "plain again", tokS: 1900, ttftLo: 0.2, ttftHi: 0.9, rerunOf: &plain},
 	}
 	const plainFlags, busyFlags = 2, 8
-	cands := []search.Candidate{confirmed(plainFlags, [2]float64{1, 1800}, [2]float64{4, 1880}),
-		confirmed(busyFlags, [2]float64{0, 1900}, [2]float64{3, 1860})}
+	cands := []search.Candidate{confirmed(plainFlags, [2]float64{1, 1800}, [2]float64{4, 1900}),
+		confirmed(busyFlags, [2]float64{0, 1900}, [2]float64{3, 1830})}
 	declared, ok := search.Declare(cands)
 	if !ok || declared.Trial != plain {
 		t.Fatalf("fixture: the study declares %+v, want plain (trial %d)", declared, plain)
@@ -316,7 +316,7 @@ func TestRescoreDeclaresAsTheStudy(t *testing.T) {
 		// mean but measures no spread, so plain, at half of busy, does not
 		// tie with it on a spread of its whole score.
 		{"a run that misses is no 0 in the spread", "ttft p99 < 0.8s", busy, "[0 2 1]",
-			[]string{"winner: trial 0 (the study declared trial 1): best pooled score 1880.0 over 2 runs; the next, trial 1's 900.0",
+			[]string{"winner: trial 0 (the study declared trial 1): best pooled score 1865.0 over 2 runs; the next, trial 1's 900.0",
 				"1 of 2 runs meet"}},
 		{"no confirmed config meets: the best single run", "ttft p99 < 0.5s", 2, "[2]",
 			[]string{"winner: trial 2 (the study declared trial 1): no config the study confirmed meets the new score"}},
