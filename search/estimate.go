@@ -299,19 +299,3 @@ func noiseVar(st *space.Study, rec Record) float64 {
 	}
 	return math.Max(m.LogVarOutputTokS/float64(m.Repeats), floor)
 }
-
-// Leader returns the config the study would declare now, before any
-// confirmation run: its first complete trial with the best estimate.
-func Leader(st *space.Study, recs []Record) (Record, bool) {
-	ests, key := Estimates(st, recs)
-	if key == "" {
-		return Record{}, false
-	}
-	n := ests[key].Number
-	for _, rec := range recs {
-		if rec.Number == n {
-			return rec, true
-		}
-	}
-	return Record{}, false
-}
