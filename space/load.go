@@ -709,7 +709,7 @@ func (d *dec) params(st *Study, top *mapNode) {
 			path = "params[" + name + "]"
 		}
 		nerr := len(d.errs)
-		m := d.mapping(pn, path, "name", "type", "low", "high", "step", "log", "choices", "flag", "flags", "template", "values", "when")
+		m := d.mapping(pn, path, "name", "type", "low", "high", "step", "log", "choices", "flag", "flags", "template", "values", "default", "when")
 		var p Param
 		if m.str("name", &p.Name) {
 			m.path = "params[" + p.Name + "]"
@@ -761,6 +761,9 @@ func (d *dec) params(st *Study, top *mapNode) {
 		}
 		p.unchecked = len(d.errs) != nerr
 		d.paramMapping(st, &p, m, len(d.errs) == nerr)
+		if !p.unchecked {
+			d.paramDefault(&p, m)
+		}
 		if m.str("when", &p.When) {
 			d.self, d.selfAt = p.Name, i
 			p.when, _ = d.compile(st, m.at("when"), m.path+".when", p.When, names, false)
@@ -770,6 +773,32 @@ func (d *dec) params(st *Study, top *mapNode) {
 		st.Params = append(st.Params, p)
 		d.emitted = append(d.emitted, d.emittedFlags(st, &st.Params[len(st.Params)-1], m))
 	}
+}
+
+// paramDefault reads a param's default: the value the engine runs
+// without the param's flag. It must lie in the param's domain, and a
+// param with a value that passes no flag has that value as its default
+// already: another default: contradicts it.
+func (d *dec) paramDefault(p *Param, m *mapNode) {
+	n := m.node("default")
+	if n == nil {
+		return
+	}
+	text, ok := d.scalarString(n, m.path+".default")
+	if !ok {
+		return
+	}
+	v, err := p.normalize(text)
+	if err != nil {
+		m.failKey("default", "%s is not a value of %s; valid: %s", text, p.Name, p.domainText())
+		return
+	}
+	text = p.text(v)
+	if silent, ok := p.flagless(); ok && silent != text {
+		m.failKey("default", "%s, but %s=%s passes no flag, so the engine's default is %s; valid: default: %s, or no default:", text, p.Name, silent, silent, silent)
+		return
+	}
+	p.Default = text
 }
 
 // peekName reads a param's name before its mapping is checked, for paths.
@@ -1572,8 +1601,12 @@ func (d *dec) sloList(m *mapNode, prefix string) []objective.SLO {
 
 func (d *dec) budget(st *Study, top *mapNode) {
 	b := &st.Budget
-	m := d.mapping(top.node("budget"), "budget", "trials", "timeout", "sampler", "seed", "parallel", "prune", "confirm", "confirm_rounds")
+	m := d.mapping(top.node("budget"), "budget", "trials", "timeout", "sampler", "seed", "parallel", "prune", "confirm", "confirm_rounds", "baseline")
 	b.Trials, b.Sampler, b.Parallel = DefaultTrials, DefaultSampler, len(st.GPUGroups)
+	b.Baseline = BaselineDefault
+	if m.str("baseline", &b.Baseline) && b.Baseline != BaselineDefault && b.Baseline != BaselineNone {
+		m.failKey("baseline", "%q; valid: default (launch the engine's default config first, and hold the winner against it) or none", b.Baseline)
+	}
 	b.Prune = Prune{Rule: "fraction", Fraction: DefaultPruneFraction, MinComplete: DefaultPruneMinComplete}
 	b.Confirm, b.ConfirmRounds = DefaultConfirm, 1
 	if n := m.node("prune"); n != nil {

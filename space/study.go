@@ -81,7 +81,18 @@ type Budget struct {
 	// Confirm is how many of the top configs are measured again before
 	// the study declares its winner (0: none), ConfirmRounds how often each.
 	Confirm, ConfirmRounds int
+	// Baseline is budget.baseline: BaselineDefault (the default) launches
+	// the engine's default config (see Study.Baseline) as the study's
+	// first trial, counted in Trials, and holds the winner against it;
+	// BaselineNone does not.
+	Baseline string
 }
+
+// Values of budget.baseline.
+const (
+	BaselineDefault = "default"
+	BaselineNone    = "none"
+)
 
 // Prune is the multi-fidelity rule (budget.prune).
 type Prune struct {
@@ -164,6 +175,10 @@ type Param struct {
 	Template string            // flag text with {value}, split shell-style
 	Values   map[string]string // categorical/bool: value -> flag text override, e.g. "false": "--disable-radix-cache"
 	When     string            // condition over earlier params
+	// Default is the param's value that the engine runs when its flag is
+	// absent (default:, as text like a choice), for a param none of whose
+	// values passes no flag; "" when the study does not say.
+	Default string
 
 	when *Expr
 	// unchecked: the param's own definition has errors, so expressions

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+
+	"github.com/sgtune/sgtune/engine"
 )
 
 // values lists a param's finite domain; nil when it is continuous.
@@ -194,6 +196,30 @@ type Survey struct {
 	// Carrying counts the feasible configs that emit each flag of
 	// SurveyLimits.Track.
 	Carrying map[string]int `json:"carrying,omitempty"`
+	// Baseline is the engine-default config a run launches first
+	// (budget.baseline: default); nil with budget.baseline: none.
+	Baseline *SurveyBaseline `json:"baseline,omitempty"`
+}
+
+// SurveyBaseline is the engine-default config as check reports it.
+type SurveyBaseline struct {
+	Argv    []string `json:"argv"`
+	Params  Params   `json:"params"`
+	Omitted []string `json:"omitted,omitempty"`
+	// Rejections are the rules and constraints that reject it before
+	// launch (the run stores it infeasible with them).
+	Rejections []engine.Rejection `json:"rejections,omitempty"`
+	// Error says why it could not be resolved ("" when it was).
+	Error string `json:"error,omitempty"`
+}
+
+// surveyBaseline resolves and checks the engine-default config.
+func (s *Study) surveyBaseline() *SurveyBaseline {
+	b, err := s.Baseline(nil)
+	if err != nil {
+		return &SurveyBaseline{Error: err.Error()}
+	}
+	return &SurveyBaseline{Argv: s.Argv(b.Config), Params: b.Config.Params, Omitted: b.Omitted, Rejections: s.Check(b.Config)}
 }
 
 // SurveyLimits bound a survey.
@@ -292,6 +318,9 @@ func (s *Study) Survey(lim SurveyLimits) Survey {
 			}
 			check(p)
 		}
+	}
+	if s.Budget.Baseline == BaselineDefault {
+		out.Baseline = s.surveyBaseline()
 	}
 	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Count > errs[j].Count })
 	for _, e := range errs[:min(len(errs), maxSurveyErrors)] {

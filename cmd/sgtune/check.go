@@ -274,4 +274,40 @@ func printSurvey(w io.Writer, st *space.Study, pre *search.Preflight) {
 	if sv.Example != nil {
 		fmt.Fprintf(w, "example feasible config: %s\n", shell.Join(st.Argv(sv.Example)))
 	}
+	printBaseline(w, sv.Baseline, sv.Errors)
+}
+
+// printBaseline prints the engine-default config a run launches first
+// (budget.baseline: default): its command line, what it sets and leaves
+// to the engine, and the rules that would reject it before launch. errs
+// are the space's errors check listed: one the default meets too is
+// named, not repeated.
+func printBaseline(w io.Writer, b *space.SurveyBaseline, errs []string) {
+	if b == nil {
+		return
+	}
+	if b.Error != "" {
+		why := b.Error
+		if slices.ContainsFunc(errs, func(e string) bool { return strings.HasPrefix(e, b.Error) }) {
+			why = "the error above"
+		}
+		fmt.Fprintf(w, "engine default (budget.baseline: default): cannot be resolved (%s); the run stores it infeasible\n", why)
+		return
+	}
+	fmt.Fprintf(w, "engine default (budget.baseline: default, launched first and counted in budget.trials): %s\n", shell.Join(b.Argv))
+	set := b.Params.String()
+	if set == "" {
+		set = "no param"
+	}
+	left := ""
+	if len(b.Omitted) > 0 {
+		left = "; left to the engine (neither a flagless value nor default:): " + strings.Join(b.Omitted, ", ")
+	}
+	fmt.Fprintf(w, "  sets %s%s\n", set, left)
+	if len(b.Rejections) > 0 {
+		fmt.Fprintf(w, "  the rules reject it before launch; the run stores it infeasible:\n")
+		for _, r := range b.Rejections {
+			fmt.Fprintf(w, "    %s: %s\n", r.Rule, r.Message)
+		}
+	}
 }
