@@ -41,11 +41,17 @@ func writeMarkdown(w io.Writer, v *view) {
 			fmt.Fprintln(w, "No trial met the score's SLO and quality gates.")
 		}
 		fmt.Fprintln(w)
+		if v.DefaultNote != "" {
+			fmt.Fprintf(w, "%s\n\n", v.DefaultNote)
+		}
 	} else {
 		b := st.Best
 		fmt.Fprintf(w, "## Best: trial %d, score %s\n\n", b.Number, v.WinnerScore)
 		fmt.Fprintf(w, "```\n%s\n```\n\n", shell.Join(b.Flags))
 		levelTable(w, b.Levels)
+		if v.DefaultNote != "" {
+			fmt.Fprintf(w, "%s\n\n", v.DefaultNote)
+		}
 		if v.Plateau != "" {
 			fmt.Fprintf(w, "%s\n\n", v.Plateau)
 		}
@@ -56,7 +62,11 @@ func writeMarkdown(w io.Writer, v *view) {
 		fmt.Fprintln(w, "| trial | scores (first run, then reruns) | pooled | spread | spread / pooled |")
 		fmt.Fprintln(w, "|---|---|---|---|---|")
 		for _, c := range v.Confirm {
-			fmt.Fprintf(w, "| %d | %s | %s | %s | %s |\n", c.Trial, c.Scores, c.Pooled, c.Spread, c.Rel)
+			trial := fmt.Sprint(c.Trial)
+			if c.Baseline {
+				trial += " (engine default)"
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", trial, c.Scores, c.Pooled, c.Spread, c.Rel)
 		}
 		fmt.Fprintln(w)
 		if v.Tie != "" {
@@ -96,6 +106,9 @@ func writeMarkdown(w io.Writer, v *view) {
 			trial := fmt.Sprint(t.Number)
 			if st.Best != nil && t.Number == st.Best.Number {
 				trial += " (winner)"
+			}
+			if t.Baseline {
+				trial += " (engine default)"
 			}
 			fmt.Fprintf(w, "| %d | %s | %s | %s |\n", i+1, trial, score, paramString(t.Params))
 		}

@@ -34,6 +34,9 @@ type Trial struct {
 	// ConfirmOf is the trial whose config this one measured again (a
 	// confirmation run), nil for a trial of the search.
 	ConfirmOf *int
+	// Baseline marks the engine's default config (budget.baseline:
+	// default): its trial and its confirmation runs.
+	Baseline bool
 	// ExitCode of the engine when it died, LogExcerpt its decisive log
 	// lines and LogPath the full log, for failures. LogError says why the
 	// log at LogPath lacks lines (a write to it or its close failed; ""
@@ -111,6 +114,13 @@ type Study struct {
 	Confirmations []Confirmation
 	// Verdict says how the study declared its winner from them.
 	Verdict string
+	// VersusDefault states the winner against the engine default
+	// ("1.84× the engine default, pooled over 3 runs each ...", "the
+	// engine default failed: oom at C64"); "" when the study has none.
+	VersusDefault string
+	// DefaultGain is the winner's pooled score over the engine
+	// default's when the winner beat it (0 otherwise).
+	DefaultGain float64
 	// Generated is printed in the page when set; tests leave it zero so
 	// the output is byte-for-byte reproducible.
 	Generated time.Time

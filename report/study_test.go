@@ -27,7 +27,7 @@ func fixture() Study {
 	trials := []Trial{
 		{Number: 0, State: "complete", Score: fptr(1419.3), ScoreOK: true, Params: map[string]interface{}{"ep": "1", "mem_fraction": 0.85},
 			Levels: []Level{{1, 3, 107, 0.15, 0.16, 2.4}, {64, 3, 1419.3, 1.0, 1.9, 19.2}}, Seconds: 300, Launched: true,
-			Start: t0, End: t0.Add(300 * time.Second)},
+			Start: t0, End: t0.Add(300 * time.Second), Baseline: true},
 		{Number: 1, State: "infeasible", Class: "limits_reduced", Reason: "256 // 5 = 51 < 64", Params: map[string]interface{}{"ep": "4", "mem_fraction": 0.78},
 			Start: t0.Add(301 * time.Second), End: t0.Add(301 * time.Second)},
 		{Number: 2, State: "failed", Class: "illegal_memory_access", Reason: "RuntimeError: CUDA error | an illegal memory access",
@@ -53,8 +53,11 @@ func fixture() Study {
 		Confirmations: []Confirmation{
 			{Trial: 5, Scores: []float64{1820.4, 1801, 1790}, Pooled: 1803.8, Spread: 30.4},
 			{Trial: 3, Scores: []float64{1865.9, 1840, 1851}, Pooled: 1852.3, Spread: 25.9},
+			{Trial: 0, Scores: []float64{1419.3, 1402, 1411}, Pooled: 1410.8, Spread: 17.3},
 		},
-		Generated: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
+		VersusDefault: "1.31× the engine default, pooled over 3 runs each (trial 0: pooled 1410.8)",
+		DefaultGain:   1852.3 / 1410.8,
+		Generated:     time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
 	}
 }
 
@@ -761,4 +764,62 @@ func atof(t *testing.T, s string) float64 {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// TestReportStatesDefault: the page and report.md state the winner
+// against the engine default: a card with the gain (or what became of the
+// default), the sentence under the winner, the default's row marked.
+func TestReportStatesDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		edit  func(*Study)
+		card  string
+		lines []string
+	}{
+		{"gain", func(*Study) {}, `<div class="v">1.31×</div><div class="s">1.31× the engine default, pooled over 3 runs each (trial 0: pooled 1410.8).</div>`,
+			[]string{"1.31× the engine default, pooled over 3 runs each (trial 0: pooled 1410.8).", "| 3 | 0 (engine default) | 1410.80 pooled |"}},
+		{"failed", func(st *Study) {
+			st.Trials[0].State, st.Trials[0].Score, st.Trials[0].ScoreOK, st.Trials[0].Class = "failed", nil, false, "illegal_memory_access"
+			st.Confirmations = st.Confirmations[:2]
+			st.VersusDefault, st.DefaultGain = "the engine default failed: illegal_memory_access at C64", 0
+		}, `<div class="v">failed</div><div class="s">The engine default failed: illegal_memory_access at C64.</div>`,
+			[]string{"The engine default failed: illegal_memory_access at C64."}},
+		{"the default wins", func(st *Study) {
+			b := st.Trials[0]
+			st.Best = &b
+			st.VersusDefault, st.DefaultGain = "the engine default is as good as anything found (pooled 1410.8 vs trial 3's 1420.1, within the spread 25.9)", 0
+		}, `<div class="v">the default wins</div>`,
+			[]string{"## Best: trial 0", "The engine default is as good as anything found (pooled 1410.8 vs trial 3's 1420.1, within the spread 25.9)."}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := fixture()
+			tc.edit(&st)
+			var page strings.Builder
+			if err := writeHTML(&page, buildView(st)); err != nil {
+				t.Fatal(err)
+			}
+			if want := `<div class="k">Against the engine default</div>` + tc.card; !strings.Contains(page.String(), want) {
+				t.Errorf("page lacks %q", want)
+			}
+			if n := strings.Count(page.String(), `<span class="deftag" title="the engine default: the fixed`); n != 1 {
+				t.Errorf("%d rows marked as the engine default, want 1", n)
+			}
+			var md bytes.Buffer
+			writeMarkdown(&md, buildView(st))
+			for _, want := range tc.lines {
+				if !strings.Contains(md.String(), want) {
+					t.Errorf("report.md lacks %q:\n%s", want, md.String())
+				}
+			}
+		})
+	}
+	st := fixture()
+	st.VersusDefault = ""
+	var page strings.Builder
+	if err := writeHTML(&page, buildView(st)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(page.String(), "Against the engine default") {
+		t.Error("a card for a study without an engine default")
+	}
 }

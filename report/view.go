@@ -37,6 +37,12 @@ type view struct {
 	// WinnerScore is the winner's score as the cards show it: pooled over
 	// its runs when it was confirmed ("36,603 pooled over 3 runs").
 	WinnerScore string
+	// DefaultValue is the engine-default card's figure: the winner's
+	// gain over the default ("1.84×"), "the default" when the default
+	// is the winner, else what became of it; "" without a default.
+	DefaultValue string
+	// DefaultNote is Study.VersusDefault as a sentence ("" without it).
+	DefaultNote string
 	Failures    []failure
 	// LogNotes are the trials outside Failures whose server log is
 	// incomplete (Trial.LogError); a failure says it on its own line.
@@ -63,6 +69,8 @@ type trialRow struct {
 	Best        bool
 	// RerunOf is the trial a confirmation run measured again (-1: none).
 	RerunOf int
+	// Baseline: the engine's default config (a trial of it, or a rerun).
+	Baseline bool
 }
 
 // confirmRow is one confirmed config.
@@ -73,6 +81,8 @@ type confirmRow struct {
 	Pooled string
 	Spread string
 	Rel    string // spread as a share of the pooled score
+	// Baseline: the config is the engine default.
+	Baseline bool
 }
 
 // failure is a failed or infeasible trial with its decisive log lines.
@@ -191,6 +201,10 @@ func buildView(st Study) *view {
 		}
 		v.Failures = append(v.Failures, f)
 	}
+	v.DefaultValue = defaultValue(st)
+	if s := st.VersusDefault; s != "" {
+		v.DefaultNote = strings.ToUpper(s[:1]) + s[1:] + "."
+	}
 	v.Matrix = buildMatrix(st)
 	for _, t := range v.Ranked {
 		v.pareto = append(v.pareto, v.paretoOf(t))
@@ -215,6 +229,27 @@ func buildView(st Study) *view {
 		v.paretoLevel = fmt.Sprintf(" at c=%d", st.ScoreConcurrency)
 	}
 	return v
+}
+
+// defaultValue is the engine-default card's figure (see view.DefaultValue).
+func defaultValue(st Study) string {
+	var base *Trial
+	for i := range st.Trials {
+		if t := &st.Trials[i]; t.Baseline && t.ConfirmOf == nil {
+			base = t // the last: a retry replaces the trial it re-runs
+		}
+	}
+	switch {
+	case st.VersusDefault == "" || base == nil:
+		return ""
+	case st.DefaultGain > 0:
+		return strconv.FormatFloat(st.DefaultGain, 'f', 2, 64) + "×"
+	case st.Best != nil && st.Best.Number == base.Number:
+		return "the default wins"
+	case base.State == "complete" && st.Best != nil:
+		return "not confirmed"
+	}
+	return base.State
 }
 
 // stateOrder lists states in the order a reader expects, then any others.
@@ -295,7 +330,7 @@ func paramNames(trials []Trial) []string {
 }
 
 func (v *view) row(t Trial) trialRow {
-	r := trialRow{Number: t.Number, State: t.State, Class: t.Class, Score: "–", VerdictKind: "none", Verdict: "–", RerunOf: -1}
+	r := trialRow{Number: t.Number, State: t.State, Class: t.Class, Score: "–", VerdictKind: "none", Verdict: "–", RerunOf: -1, Baseline: t.Baseline}
 	if t.ConfirmOf != nil {
 		r.RerunOf = *t.ConfirmOf
 	}
@@ -371,7 +406,8 @@ func (v *view) confirmations() {
 				scores[i] = "missed"
 			}
 		}
-		r := confirmRow{Trial: c.Trial, Runs: len(c.Scores), Scores: strings.Join(scores, " / "), Pooled: formatScore(c.Pooled), Spread: formatScore(c.Spread)}
+		r := confirmRow{Trial: c.Trial, Runs: len(c.Scores), Scores: strings.Join(scores, " / "), Pooled: formatScore(c.Pooled), Spread: formatScore(c.Spread),
+			Baseline: slices.ContainsFunc(v.St.Trials, func(t Trial) bool { return t.Number == c.Trial && t.Baseline })}
 		if c.Pooled != 0 {
 			r.Rel = fmt.Sprintf("%.1f%%", 100*c.Spread/math.Abs(c.Pooled))
 		}

@@ -33,10 +33,24 @@ type Winner struct {
 	// Flags is how many flags the config sets beyond the study's fixed
 	// ones: among tied configs, the simpler one wins.
 	Flags int `json:"flags"`
-	// Candidates are every confirmed config, best pooled first.
+	// Candidates are every confirmed config, best pooled first (the
+	// engine default among them when it was confirmed).
 	Candidates []Candidate `json:"candidates"`
 	// Reason says how the winner was chosen.
 	Reason string `json:"reason"`
+	// Baseline is the engine default's confirmed runs (budget.baseline:
+	// default; nil when it was not confirmed: it failed, missed the SLO,
+	// or the study has none). The winner is held against it (see
+	// DeclareAgainst).
+	Baseline *Candidate `json:"baseline,omitempty"`
+	// DefaultAsGood: the best config the search found (Searched) does
+	// not beat the engine default by more than the measured spread, so
+	// the default is the winner (Trial is its trial).
+	DefaultAsGood bool       `json:"default_as_good,omitempty"`
+	Searched      *Candidate `json:"searched,omitempty"`
+	// Gain is the winner's pooled score over the engine default's, when
+	// the winner beat it (0 otherwise).
+	Gain float64 `json:"gain,omitempty"`
 }
 
 // Confirmed says how the winner measured, as the commands print it:
@@ -124,6 +138,49 @@ func Declare(cands []Candidate) (w Winner, ok bool) {
 // config may cost at most this much of it.
 const simplerWithin = 0.01
 
+// DeclareAgainst declares the winner among the search's confirmed configs
+// (Declare) and holds it against the engine default's confirmed runs base
+// (nil: none confirmed). A winner whose pooled score does not exceed the
+// default's by more than the measured spread (the larger of the two, as
+// Declare judges ties) is not declared over it: the default wins, and the
+// Winner says so (DefaultAsGood, Searched). A winner that beats it
+// carries the ratio of the pooled scores (Gain). With only the default
+// confirmed, the default wins. ok is false with no candidate at all.
+func DeclareAgainst(cands []Candidate, base *Candidate) (w Winner, ok bool) {
+	w, ok = Declare(cands)
+	if base == nil {
+		return w, ok
+	}
+	b := *base
+	if !ok {
+		return Winner{Trial: b.Trial, Pooled: b.Pooled, Spread: b.Spread, Runs: b.Runs, Flags: b.Flags,
+			Candidates: []Candidate{b}, Baseline: &b, DefaultAsGood: true,
+			Reason: fmt.Sprintf("the engine default is the only confirmed config: pooled %.1f over %d runs (spread %.1f)", b.Pooled, len(b.Runs), b.Spread)}, true
+	}
+	all := append(slices.Clone(w.Candidates), b)
+	slices.SortStableFunc(all, func(x, y Candidate) int {
+		if x.Pooled != y.Pooled {
+			return cmpFloat(y.Pooled, x.Pooled)
+		}
+		return x.Trial - y.Trial
+	})
+	w.Candidates, w.Baseline = all, &b
+	spread := math.Max(w.Spread, b.Spread)
+	if w.Pooled-b.Pooled > spread {
+		if b.Pooled > 0 {
+			w.Gain = w.Pooled / b.Pooled
+		}
+		w.Reason += fmt.Sprintf("; it beats the engine default (trial %d, pooled %.1f over %d runs) by %.1f, more than the spread %.1f",
+			b.Trial, b.Pooled, len(b.Runs), w.Pooled-b.Pooled, spread)
+		return w, true
+	}
+	searched := Candidate{Trial: w.Trial, Pooled: w.Pooled, Spread: w.Spread, Flags: w.Flags, Runs: w.Runs}
+	return Winner{Trial: b.Trial, Pooled: b.Pooled, Spread: b.Spread, Runs: b.Runs, Flags: b.Flags,
+		Candidates: all, Baseline: &b, DefaultAsGood: true, Searched: &searched,
+		Reason: fmt.Sprintf("the engine default is as good as anything found: the search's best, trial %d, pooled %.1f over %d runs, does not beat the default's %.1f over %d runs by more than the measured spread %.1f",
+			searched.Trial, searched.Pooled, len(searched.Runs), b.Pooled, len(b.Runs), spread)}, true
+}
+
 func cmpFloat(a, b float64) int {
 	switch {
 	case a < b:
@@ -181,8 +238,10 @@ func Pool(runs []Measurement) (pooled, spread float64) {
 // single measurement is always among them when n >= 2 (it takes the last
 // place if the estimates left it out): it heads the trial table, and only
 // measuring it again says whether it was luck.
+// The engine default is none of them: it is confirmed on its own (see
+// confirmed), and a winner is held against it.
 func topConfigs(st *space.Study, recs []Record, n int) []Record {
-	ests, _ := Estimates(st, recs)
+	ests, _ := Estimates(st, inSpace(recs))
 	est := func(r Record) float64 {
 		if e, ok := ests[r.ConfigKey]; ok && r.State == StateComplete && r.ScoreOK {
 			return e.Score
@@ -199,13 +258,14 @@ func topConfigs(st *space.Study, recs []Record, n int) []Record {
 		if len(out) == n {
 			break
 		}
-		if rec.State != StateComplete || !rec.ScoreOK || rec.ConfirmOf != nil || seen[rec.ConfigKey] {
+		if rec.State != StateComplete || !rec.ScoreOK || rec.ConfirmOf != nil || rec.Baseline || seen[rec.ConfigKey] {
 			continue
 		}
 		seen[rec.ConfigKey] = true
 		out = append(out, rec)
 	}
-	if b, ok := Best(searchTrials(recs)); ok && n >= 2 && !seen[b.ConfigKey] {
+	searched := slices.DeleteFunc(searchTrials(recs), func(r Record) bool { return r.Baseline })
+	if b, ok := Best(searched); ok && n >= 2 && !seen[b.ConfigKey] {
 		if len(out) == n {
 			out = out[:n-1]
 		}
@@ -248,6 +308,11 @@ func (r *runner) confirm(ctx context.Context, groups [][]int) error {
 		return err
 	}
 	top := topConfigs(r.st, recs, k)
+	if base, ok := BaselineOf(recs); ok && base.State == StateComplete && base.ScoreOK {
+		// The engine default is measured again beside them: the winner
+		// is held against its pooled runs.
+		top = append(top, base)
+	}
 	if len(top) == 0 {
 		return nil
 	}
@@ -332,7 +397,11 @@ func (r *runner) queueConfirmations(top []Record, rounds int) error {
 			if have[rec.Number] >= round {
 				continue
 			}
-			if _, err := r.store.QueueCopy(rec.ID, map[string]string{storage.AttrConfirmOf: strconv.Itoa(rec.Number)}); err != nil {
+			attrs := map[string]string{storage.AttrConfirmOf: strconv.Itoa(rec.Number)}
+			if rec.Baseline {
+				attrs[storage.AttrBaseline] = markBaseline(rec.Omitted)
+			}
+			if _, err := r.store.QueueCopy(rec.ID, attrs); err != nil {
 				return fmt.Errorf("queue a confirmation run of trial %d: %w", rec.Number, err)
 			}
 			have[rec.Number]++
@@ -362,12 +431,21 @@ func (r *runner) announceConfirmations(top []Record) error {
 	if waiting == 0 {
 		return nil
 	}
-	nums := make([]int, len(top))
-	for i, rec := range top {
-		nums[i] = rec.Number
+	var nums []int
+	base := ""
+	for _, rec := range top {
+		if rec.Baseline {
+			base = fmt.Sprintf(" and the engine default (trial %d)", rec.Number)
+			continue
+		}
+		nums = append(nums, rec.Number)
+	}
+	what := fmt.Sprintf("the top %d config(s) (trials %s)%s", len(nums), joinInts(nums), base)
+	if len(nums) == 0 {
+		what = strings.TrimPrefix(base, " and ")
 	}
 	r.emit(Event{Kind: EventConfirming, Trial: -1, Phase: "confirming", Queued: waiting,
-		Text: fmt.Sprintf("confirming the top %d config(s) (trials %s): %d more run(s), interleaved", len(top), joinInts(nums), waiting)})
+		Text: fmt.Sprintf("confirming %s: %d more run(s), interleaved", what, waiting)})
 	return nil
 }
 
@@ -378,6 +456,7 @@ func (r *runner) declareWinner(top []Record) error {
 		return err
 	}
 	var cands []Candidate
+	var base *Candidate
 	for _, orig := range top {
 		c := Candidate{Trial: orig.Number, Flags: r.flagCount(orig), Runs: []Measurement{runScore(orig)}}
 		for _, rec := range recs {
@@ -386,9 +465,13 @@ func (r *runner) declareWinner(top []Record) error {
 			}
 		}
 		c.Pooled, c.Spread = Pool(c.Runs)
+		if orig.Baseline {
+			base = &c
+			continue
+		}
 		cands = append(cands, c)
 	}
-	w, ok := Declare(cands)
+	w, ok := DeclareAgainst(cands, base)
 	if !ok {
 		return nil
 	}
@@ -429,6 +512,11 @@ func ReadWinner(st StudyStore, study string) (Winner, bool, error) {
 	}
 	for i := range w.Candidates {
 		if c := &w.Candidates[i]; len(c.Runs) > 0 {
+			_, c.Spread = Pool(c.Runs)
+		}
+	}
+	for _, c := range []*Candidate{w.Baseline, w.Searched} {
+		if c != nil && len(c.Runs) > 0 {
 			_, c.Spread = Pool(c.Runs)
 		}
 	}

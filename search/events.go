@@ -72,7 +72,12 @@ func (r *runner) emit(ev Event) {
 	ev.Launched, ev.Budget, ev.Parallel = r.launched, r.budget, r.parallel
 	if k := r.st.Budget.Confirm; k > 0 {
 		// Runs that ended are not queued again (see queueConfirmations).
-		ev.Confirms = max(min(k, len(r.measured))*max(r.st.Budget.ConfirmRounds, 1)-r.confirmed, 0)
+		// The engine default, once measured, is measured again too.
+		n := min(k, len(r.measured))
+		if r.baselineMeasured {
+			n++
+		}
+		ev.Confirms = max(n*max(r.st.Budget.ConfirmRounds, 1)-r.confirmed, 0)
 	}
 	if r.best != nil {
 		b := *r.best

@@ -89,6 +89,7 @@ func (r *runner) neighbour(n int) (map[string]float64, error) {
 	if err != nil {
 		return nil, err
 	}
+	recs = inSpace(recs) // an engine default outside the space has no params to move
 	lead, ok := Best(recs)
 	if !ok {
 		return nil, nil
@@ -133,6 +134,7 @@ func (r *runner) thompson(n int) (map[string]float64, error) {
 	if err != nil {
 		return nil, err
 	}
+	recs = inSpace(recs) // the model reads points of the space only
 	return r.ts.thompson(r.st, recs, r.st.Budget.Seed, n, r.proposable(recs))
 }
 

@@ -75,20 +75,30 @@ type Record struct {
 	ExitCode     *int                   `json:"exit_code,omitempty"`
 	RetryOf      *int                   `json:"retry_of,omitempty"`
 	ConfirmOf    *int                   `json:"confirm_of,omitempty"`
-	Retries      int                    `json:"retries,omitempty"`
-	GPUs         string                 `json:"gpus,omitempty"`
-	EngineName   string                 `json:"engine,omitempty"`
-	Engine       []string               `json:"engine_command,omitempty"`
-	Version      string                 `json:"engine_version,omitempty"`
-	LaunchCmd    []string               `json:"launch_command,omitempty"`
-	Container    *container.Record      `json:"container,omitempty"`
-	ModelRev     string                 `json:"model_revision,omitempty"`
-	ConfigKey    string                 `json:"-"`
-	Config       json.RawMessage        `json:"config,omitempty"`
-	Argv         []string               `json:"argv,omitempty"`
-	Facts        json.RawMessage        `json:"facts,omitempty"`
-	Result       json.RawMessage        `json:"result,omitempty"`
-	LogPath      string                 `json:"log_path,omitempty"`
+	// Baseline marks the engine's default config (budget.baseline:
+	// default): its trial, its retries and its confirmation runs.
+	// Omitted are the params it leaves to the engine: with any, its
+	// Params are empty (it is no point of the space; see InSpace) and
+	// its config's own params are in Config.
+	Baseline bool     `json:"baseline,omitempty"`
+	Omitted  []string `json:"omitted,omitempty"`
+	// FailedIn is the measurement phase a failed trial failed in ("C64
+	// r1"); "" when it failed before measuring.
+	FailedIn   string            `json:"failed_in,omitempty"`
+	Retries    int               `json:"retries,omitempty"`
+	GPUs       string            `json:"gpus,omitempty"`
+	EngineName string            `json:"engine,omitempty"`
+	Engine     []string          `json:"engine_command,omitempty"`
+	Version    string            `json:"engine_version,omitempty"`
+	LaunchCmd  []string          `json:"launch_command,omitempty"`
+	Container  *container.Record `json:"container,omitempty"`
+	ModelRev   string            `json:"model_revision,omitempty"`
+	ConfigKey  string            `json:"-"`
+	Config     json.RawMessage   `json:"config,omitempty"`
+	Argv       []string          `json:"argv,omitempty"`
+	Facts      json.RawMessage   `json:"facts,omitempty"`
+	Result     json.RawMessage   `json:"result,omitempty"`
+	LogPath    string            `json:"log_path,omitempty"`
 	// LogError says why the log at LogPath lacks lines (a failed write or
 	// close); "" when it is whole.
 	LogError string `json:"log_error,omitempty"`
@@ -110,6 +120,26 @@ type Record struct {
 	// for a launched trial, the host of the process that ran it.
 	Host     string `json:"host,omitempty"`
 	SlurmJob string `json:"slurm_job,omitempty"` // the Slurm job ID, when a Slurm job ran it
+}
+
+// InSpace reports whether the trial's params are a point of the study's
+// space: every trial but an engine default that leaves params to the
+// engine. Models of the space (estimates, local moves, Thompson
+// sampling, crash regions) read only such trials.
+func (r Record) InSpace() bool { return !r.Baseline || len(r.Omitted) == 0 }
+
+// ConfigParams returns the params of the trial's config as it stored
+// them: Params, or for an engine default outside the space the values it
+// set (see space.Baseline).
+func (r Record) ConfigParams() map[string]any {
+	if r.InSpace() {
+		return r.Params
+	}
+	var c struct {
+		Params map[string]any `json:"params"`
+	}
+	_ = json.Unmarshal(r.Config, &c)
+	return c.Params
 }
 
 // Flags returns the engine flags of the trial's config.
@@ -200,6 +230,14 @@ func decode(t goptuna.FrozenTrial) Record {
 			r.ConfirmOf = &v
 		}
 	}
+	if s, ok := t.SystemAttrs[storage.AttrBaseline]; ok {
+		r.Baseline = true
+		var mark baselineMark
+		if json.Unmarshal([]byte(s), &mark) == nil {
+			r.Omitted = mark.Omitted
+		}
+	}
+	r.FailedIn = ua[storage.AttrFailedIn]
 	if s, ok := ua[storage.AttrDurationS]; ok {
 		r.DurationS, _ = strconv.ParseFloat(s, 64)
 	}

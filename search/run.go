@@ -159,6 +159,11 @@ type runner struct {
 	// confirmed: the study's confirmation runs that ran to an end, stored
 	// before this run or ended in it (see Event.Confirms).
 	confirmed int
+
+	// baselineTaken: a trial took the engine default's launch (see
+	// takeBaseline); baselineMeasured: it measured complete, meeting
+	// the SLO, so the confirmation step measures it again too.
+	baselineTaken, baselineMeasured bool
 }
 
 // interruptedBefore is what Run returns when a step before the first trial
@@ -346,6 +351,7 @@ func (r *runner) open(ctx context.Context, target objective.Target) error {
 	if err := r.checkFingerprint(attrs); err != nil {
 		return err
 	}
+	_, r.baselineTaken = attrs[storage.AttrBaselineTrial]
 	if r.uid, err = r.studyUID(attrs); err != nil {
 		return err
 	}
@@ -620,6 +626,11 @@ func (r *runner) exhausted() (bool, error) {
 	seen := map[string]bool{}
 	proposed := 0
 	for _, rec := range recs {
+		if rec.Baseline {
+			// The engine default is the study's own launch, no proposal
+			// of the space (its config may be none of the space's).
+			continue
+		}
 		if rec.RetryOf == nil {
 			proposed++
 		}
@@ -685,7 +696,10 @@ func (r *runner) resume() error {
 			s := *rec.Score
 			r.best = &s
 		}
-		if rec.State == StateComplete && rec.ScoreOK && rec.ConfirmOf == nil && rec.ConfigKey != "" {
+		switch {
+		case rec.State == StateComplete && rec.ScoreOK && rec.ConfirmOf == nil && rec.Baseline:
+			r.baselineMeasured = true
+		case rec.State == StateComplete && rec.ScoreOK && rec.ConfirmOf == nil && rec.ConfigKey != "":
 			r.measured[rec.ConfigKey] = true
 		}
 		if RanToEnd(rec.State) && rec.End != nil && !rec.Start.IsZero() && rec.End.After(rec.Start) {

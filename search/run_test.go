@@ -169,7 +169,9 @@ func tokS(flags string) float64 {
 }
 
 // openFake loads a study (unitStudy with the given replacements) and a
-// fresh storage.
+// fresh storage. The study launches no engine default first unless a
+// replacement names budget.baseline: the tests that use it count the
+// search's own launches (the baseline's tests say baseline: default).
 func openFake(t *testing.T, replace ...string) (*space.Study, *storage.Store, string) {
 	t.Helper()
 	doc := strings.NewReplacer(replace...).Replace(unitStudy)
@@ -177,6 +179,9 @@ func openFake(t *testing.T, replace ...string) (*space.Study, *storage.Store, st
 	st, err := space.Parse(filepath.Join(dir, "unit.yaml"), []byte(doc))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(doc, "baseline:") {
+		st.Budget.Baseline = space.BaselineNone
 	}
 	path := filepath.Join(dir, "unit.db")
 	store, err := storage.Open(path)

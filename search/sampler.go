@@ -32,11 +32,12 @@ func newSampler(st *space.Study, points []map[string]float64, repeated func() bo
 		}
 	}
 	if points != nil {
-		// Re-runs of interrupted trials take their own params; they do not
-		// move the grid forward.
+		// Re-runs of interrupted trials and the engine default take their
+		// own params; they do not move the grid forward.
 		opts = append(opts, sampler.WithGridPoints(points), sampler.WithGridCounts(func(t goptuna.FrozenTrial) bool {
 			_, retry := t.SystemAttrs[storage.AttrRetryOf]
-			return !retry
+			_, baseline := t.SystemAttrs[storage.AttrBaseline]
+			return !retry && !baseline
 		}))
 	}
 	name := st.Budget.Sampler
@@ -87,9 +88,14 @@ func (e escape) Sample(study *goptuna.Study, trial goptuna.FrozenTrial, name str
 // with its value; failed, crashed, infeasible and pruned configs as the
 // worst (their region is avoided); running ones as pending (the constant
 // liar pushes concurrent asks apart); duplicates (their original is
-// already observed), interrupted and queued trials not at all.
+// already observed), an engine default outside the space (see
+// Record.InSpace), interrupted and queued trials not at all.
 func classify(t goptuna.FrozenTrial) (float64, sampler.ObsKind) {
 	if t.UserAttrs[storage.AttrState] == StateDuplicate {
+		return 0, sampler.ObsIgnore
+	}
+	if _, baseline := t.SystemAttrs[storage.AttrBaseline]; baseline && len(t.InternalParams) == 0 {
+		// An engine default outside the space: no point to learn from.
 		return 0, sampler.ObsIgnore
 	}
 	return sampler.DefaultClassifier(t)

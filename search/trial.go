@@ -41,6 +41,9 @@ type trialRun struct {
 	id, number int
 	retryOf    *int
 	confirmOf  *int // a confirmation run of that trial's config
+	// baseline: the engine's default config (budget.baseline), launched
+	// as it is and measured in full.
+	baseline   bool
 	params     space.Params
 	label      string // params as k=v, for progress lines
 	cfg        *space.Config
@@ -48,6 +51,9 @@ type trialRun struct {
 	start      time.Time
 	stopBeat   func()
 	done       bool // its final state is stored
+	// phase is the measurement phase under way ("C64 r1"), stored with
+	// a failure (storage.AttrFailedIn).
+	phase string
 }
 
 // trial asks for a config, screens it and, when it passes, launches and
@@ -155,6 +161,21 @@ func (r *runner) ask() (*trialRun, error) {
 	}
 	t.stopBeat = r.heartbeat(id)
 	trial := &goptuna.Trial{Study: r.study, ID: id}
+	if !queued {
+		// The engine default is the study's first new trial.
+		base, err := r.takeBaseline(t.number)
+		if err == nil && base {
+			err = r.baselineTrial(t, trial)
+			if err == nil {
+				return t, nil
+			}
+			err = fmt.Errorf("trial %d: %w", t.number, err)
+		}
+		if err != nil {
+			t.stopBeat()
+			return nil, r.abandonID(id, err)
+		}
+	}
 	if queued {
 		sys, err := r.store.GetTrialSystemAttrs(id)
 		if err != nil {
@@ -167,6 +188,7 @@ func (r *runner) ask() (*trialRun, error) {
 		if n, err := strconv.Atoi(sys[storage.AttrConfirmOf]); err == nil {
 			t.confirmOf = &n
 		}
+		_, t.baseline = sys[storage.AttrBaseline]
 		// A retry re-runs the trial it retries (itself possibly a
 		// confirmation run); a confirmation run, its original.
 		if src := cmp.Or(t.retryOf, t.confirmOf); src != nil {
@@ -213,7 +235,8 @@ func (r *runner) rerun(t *trialRun, number int) (ok bool, err error) {
 		return false, fmt.Errorf("the study holds no trial %d", number)
 	}
 	src := trials[i]
-	if len(src.InternalParams) == 0 {
+	_, baseline := src.SystemAttrs[storage.AttrBaseline]
+	if len(src.InternalParams) == 0 && !baseline {
 		return false, nil
 	}
 	for _, name := range slices.Sorted(maps.Keys(src.InternalParams)) {
@@ -224,6 +247,22 @@ func (r *runner) rerun(t *trialRun, number int) (ok bool, err error) {
 	t.params = storedParams(r.st, src.Params)
 	t.label = t.params.String()
 	js := src.UserAttrs[storage.AttrConfig]
+	if baseline {
+		t.label = baselineLabel
+	}
+	if js == "" && baseline {
+		// Stopped before it stored its config: the default again.
+		b, err := r.st.Baseline(r.learned)
+		if err != nil {
+			t.resolveErr = fmt.Errorf("the engine default: %w", err)
+			return true, nil
+		}
+		t.cfg = b.Config
+		if len(src.InternalParams) == 0 {
+			t.params = b.Config.Params
+		}
+		return true, nil
+	}
 	if js == "" {
 		t.cfg, t.resolveErr = r.st.Resolve(t.params, r.learned)
 		if t.resolveErr != nil {
@@ -234,6 +273,11 @@ func (r *runner) rerun(t *trialRun, number int) (ok bool, err error) {
 	var cfg space.Config
 	if err := json.Unmarshal([]byte(js), &cfg); err != nil {
 		return false, fmt.Errorf("stored config: %w", err)
+	}
+	if baseline && len(src.InternalParams) == 0 {
+		// An engine default outside the space has only its config's
+		// params (see Record.InSpace).
+		t.params = storedParams(r.st, cfg.Params)
 	}
 	cfg.Params = t.params
 	t.cfg = &cfg
@@ -315,14 +359,16 @@ func (r *runner) screen(t *trialRun) (skip bool, err error) {
 		}
 		return true, r.skip(t, StateInfeasible, rej[0].Rule, strings.Join(msgs, "; "), map[string]string{storage.AttrRejections: string(rj)})
 	}
-	if t.retryOf != nil || t.confirmOf != nil {
-		return false, nil // a re-run or a confirmation run is launched as it is
+	if t.retryOf != nil || t.confirmOf != nil || t.baseline {
+		// A re-run, a confirmation run or the engine default is launched
+		// as it is.
+		return false, nil
 	}
 	recs, err := Records(r.store, r.st.Name)
 	if err != nil {
 		return false, err
 	}
-	if why := crashRegion(r.st, recs, t.cfg.Params); why != "" {
+	if why := crashRegion(r.st, inSpace(recs), t.cfg.Params); why != "" {
 		return true, r.skip(t, StateInfeasible, ClassCrashRegion, why, nil)
 	}
 	prev, ok, err := r.sameConfig(t.id, configKey(t.cfg))
@@ -466,7 +512,7 @@ func sameConfigIn(recs []Record, id int, key string) (Record, bool) {
 // other still deciding), this one is not launched. Re-runs launch as they
 // are.
 func (r *runner) claimConfig(t *trialRun) (skip bool, err error) {
-	if t.retryOf != nil || t.confirmOf != nil {
+	if t.retryOf != nil || t.confirmOf != nil || t.baseline {
 		// It runs its config whatever else does; a new proposal of the
 		// config meanwhile is its duplicate.
 		return false, r.setAttrs(t, map[string]string{storage.AttrLaunching: "1"})
@@ -678,7 +724,7 @@ func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs ma
 	// A rate search stops a config that fails at half the best max_rate
 	// so far (multi-fidelity, as the levels' pruning does for tok/s).
 	floor := 0.0
-	if r.st.Score.Metric == objective.MetricMaxRate && t.confirmOf == nil && r.st.Budget.Prune.Rule != "off" {
+	if r.st.Score.Metric == objective.MetricMaxRate && t.confirmOf == nil && !t.baseline && r.st.Budget.Prune.Rule != "off" {
 		r.mu.Lock()
 		if r.best != nil {
 			floor = *r.best / 2
@@ -695,12 +741,14 @@ func (r *runner) measure(ctx context.Context, t *trialRun, srv Running, attrs ma
 			r.emit(Event{Kind: EventPoint, Trial: t.number, TokS: p.OutputTokS, Phase: fmt.Sprintf("C%d r%d", p.Concurrency, p.Repeat)})
 		},
 		Phase: func(phase string) {
+			t.phase = phase
 			r.emit(Event{Kind: EventPhase, Trial: t.number, Phase: phase, Text: fmt.Sprintf("trial %d   %s", t.number, phase)})
 		},
 		AfterLevel: func(conc int, pts []objective.Point) error {
-			if t.confirmOf != nil || !prunesAt(r.st, conc) {
+			if t.confirmOf != nil || t.baseline || !prunesAt(r.st, conc) {
 				// A confirmation run measures its config in full: pruned, it
-				// would pool as a 0 and decide the winner on noise.
+				// would pool as a 0 and decide the winner on noise. So does
+				// the engine default, which every winner is held against.
 				return nil
 			}
 			recs, err := levelRecords(r.store, r.st.Name)
@@ -761,6 +809,9 @@ func (r *runner) record(t *trialRun, out outcome, res *objective.Result, attrs m
 	if out.ScoreReason != "" {
 		attrs[storage.AttrScoreReason] = out.ScoreReason
 	}
+	if out.State == StateFailed && t.phase != "" {
+		attrs[storage.AttrFailedIn] = t.phase
+	}
 	fin := storage.Finish{State: out.Final, Value: out.Value, Attrs: attrs}
 	if res != nil {
 		rj, err := json.Marshal(struct {
@@ -809,7 +860,10 @@ func (r *runner) record(t *trialRun, out outcome, res *objective.Result, attrs m
 			s := *out.Score
 			r.best = &s
 		}
-		if out.ScoreOK {
+		switch {
+		case out.ScoreOK && t.baseline:
+			r.baselineMeasured = true
+		case out.ScoreOK:
 			r.measured[configKey(t.cfg)] = true
 		}
 	case StateFailed:

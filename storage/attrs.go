@@ -60,6 +60,18 @@ const (
 	// AttrConfirmOf (system): on a confirmation run (a top config measured
 	// again before the winner is declared), the original trial's number.
 	AttrConfirmOf = "sgtune.confirm_of"
+	// AttrBaseline (system): on the engine's default config's trial (the
+	// study's baseline), on its retries and on its confirmation runs:
+	// JSON {"omitted": [param, ...]}, the params the config leaves to the
+	// engine (none: its params are a point of the space).
+	AttrBaseline = "sgtune.baseline"
+	// AttrBaselineTrial (study system attr): the number of the trial that
+	// took the study's baseline launch, so that it is launched once.
+	AttrBaselineTrial = "sgtune.baseline_trial"
+	// AttrFailedIn (user): the measurement phase a launched trial failed
+	// in ("C64 r1", "warm-up C64", "quality before"); absent when it
+	// failed before measuring.
+	AttrFailedIn = "sgtune.failed_in"
 	// AttrScoreSpec (study user attr): the study's score spec as JSON, so
 	// reports and rescore read it without the study file.
 	AttrScoreSpec = "sgtune.score_spec"

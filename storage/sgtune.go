@@ -363,6 +363,10 @@ func requeue(tx *txn, trialID int, reason, state string) (int, error) {
 	if c, ok := old.SystemAttrs[AttrConfirmOf]; ok {
 		sys[AttrConfirmOf] = c
 	}
+	// A re-run of the engine's default config is that config.
+	if b, ok := old.SystemAttrs[AttrBaseline]; ok {
+		sys[AttrBaseline] = b
+	}
 	return queueCopy(tx, old, sys, map[string]string{AttrRetries: strconv.Itoa(retries + 1)})
 }
 

@@ -83,6 +83,10 @@ func (d *studyData) reportStudy(storagePath string) (report.Study, error) {
 		return st, d.winnerErr
 	}
 	st.Confirmations, st.Verdict = d.confirmations()
+	st.VersusDefault = d.versusDefault()
+	if d.winner != nil {
+		st.DefaultGain = d.winner.Gain
+	}
 	if s, ok := d.scoreSpec(); ok {
 		st.Score, st.ScoreUnit = specText(s), scoreUnit(s)
 		st.ScoreContext = s.Context
@@ -115,9 +119,9 @@ func reportTrial(r search.Record) report.Trial {
 	}
 	t := report.Trial{
 		Number: r.Number, State: r.State, Score: score, ScoreOK: r.ScoreOK,
-		Class: r.FailureClass, Reason: r.Reason, Params: r.Params, Flags: r.Flags(), Seconds: r.DurationS,
+		Class: r.FailureClass, Reason: r.Reason, Params: r.ConfigParams(), Flags: r.Flags(), Seconds: r.DurationS,
 		Start: r.Start, ExitCode: r.ExitCode, LogExcerpt: r.LogExcerpt, LogPath: r.LogPath, LogError: r.LogError,
-		Levels: levels(r), ConfirmOf: r.ConfirmOf, RetryOf: r.RetryOf,
+		Levels: levels(r), ConfirmOf: r.ConfirmOf, RetryOf: r.RetryOf, Baseline: r.Baseline,
 		// A trial that has a log or startup facts started a server.
 		Launched: r.State != search.StateInterrupted && r.ConfirmOf == nil &&
 			(r.LogPath != "" || len(r.Facts) > 0 || r.State == search.StateComplete),

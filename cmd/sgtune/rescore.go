@@ -178,9 +178,10 @@ type rescoring struct {
 
 // rescore scores every complete trial of d with spec and ranks old and
 // new. The new winner is declared as the study declared its own
-// (search.Declare): among the configs it confirmed, on their runs pooled,
-// a tie within the measured spread going to the config with fewer flags.
-// The old ranking starts with the trial the study declares (d.best).
+// (search.DeclareAgainst): among the configs it confirmed, on their runs
+// pooled, a tie within the measured spread going to the config with fewer
+// flags, and no winner declared over the engine default it confirmed
+// without beating it by more than the spread. The old ranking starts with the trial the study declares (d.best).
 func rescore(d *studyData, spec objective.ScoreSpec) (rescoring, error) {
 	// The configs the study confirmed, with their flag counts: their runs
 	// pool into one row. Without a declared winner that holds, the study
@@ -236,11 +237,19 @@ func rescore(d *studyData, spec objective.ScoreSpec) (rescoring, error) {
 			first = *c
 		} else {
 			_, conf := confirmed[first]
-			rows = append(rows, rescored{Trial: first, Params: x.rec.Params, Confirmed: conf})
+			rows = append(rows, rescored{Trial: first, Params: x.rec.ConfigParams(), Confirmed: conf})
 		}
 		pooled[first] = append(pooled[first], x)
 	}
 	var cands []search.Candidate
+	// The engine default, when the study confirmed it, is the one every
+	// winner is held against (search.DeclareAgainst), as the study held
+	// its own.
+	var base *search.Candidate
+	baseTrial := -1
+	if d.winner != nil && d.winner.Baseline != nil {
+		baseTrial = d.winner.Baseline.Trial
+	}
 	for i := range rows {
 		rs := pooled[rows[i].Trial]
 		r := &rows[i]
@@ -280,12 +289,17 @@ func rescore(d *studyData, spec objective.ScoreSpec) (rescoring, error) {
 			r.Reason = fmt.Sprintf("%d of %d runs miss, counted as 0: %s", missed, len(rs), r.Reason)
 		}
 		if r.NewOK {
-			cands = append(cands, search.Candidate{Trial: r.Trial, Pooled: r.NewScore, Spread: r.Spread,
-				Flags: confirmed[r.Trial], Runs: news})
+			c := search.Candidate{Trial: r.Trial, Pooled: r.NewScore, Spread: r.Spread,
+				Flags: confirmed[r.Trial], Runs: news}
+			if r.Trial == baseTrial {
+				base = &c
+				continue
+			}
+			cands = append(cands, c)
 		}
 	}
 	out := rescoring{Rows: rows, Winner: -1}
-	if w, ok := search.Declare(cands); ok {
+	if w, ok := search.DeclareAgainst(cands, base); ok {
 		out.Winner, out.Reason = w.Trial, w.Reason
 	} else {
 		// No confirmed config counts: the best single run, as the study

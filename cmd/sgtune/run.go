@@ -188,7 +188,11 @@ func (a *app) printSummary(st *space.Study, sum search.Summary, read, note strin
 		stored += " (" + strings.Join(parts, ", ") + ")"
 	}
 	fmt.Fprintf(a.stdout, "\nstudy %s: %s; this run launched %d%s\n", st.Name, stored, sum.Launched, confirms)
+	versus := search.VersusDefault(sum.Winner, sum.Best, sum.Records)
 	if sum.Best == nil {
+		if versus != "" {
+			fmt.Fprintln(a.stdout, versus)
+		}
 		fmt.Fprintf(a.stdout, "no trial met the score's SLO and gates yet; see `sgtune status%s` for the reasons\n%s", read, note)
 		return
 	}
@@ -197,6 +201,9 @@ func (a *app) printSummary(st *space.Study, sum search.Summary, read, note strin
 		fmt.Fprintf(a.stdout, "best: trial %d, %s\n", b.Number, w.Confirmed())
 	} else {
 		fmt.Fprintf(a.stdout, "best: trial %d, score %.2f\n", b.Number, *b.Score)
+	}
+	if versus != "" {
+		fmt.Fprintln(a.stdout, versus)
 	}
 	fmt.Fprintf(a.stdout, "  %s\n", commandLine(*b))
 	fmt.Fprintf(a.stdout, "export it with: sgtune export%s --format bash -o best-launch.sh\n%s", read, note)

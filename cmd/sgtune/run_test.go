@@ -126,7 +126,8 @@ func records(t *testing.T, db string) []search.Record {
 func TestRunStatusBestExport(t *testing.T) {
 	buildBins(t, "sglang-sim")
 	dir := t.TempDir()
-	study := writeFile(t, dir, "s.yaml", studyYAML("e2e", 100, fmt.Sprintf(twoParams, 3)))
+	// The engine default's own test is TestRunStatesEngineDefault.
+	study := writeFile(t, dir, "s.yaml", studyYAML("e2e", 100, strings.Replace(fmt.Sprintf(twoParams, 3), "confirm: 0}", "confirm: 0, baseline: none}", 1)))
 	db := filepath.Join(dir, "s.db")
 
 	code, out := cli(t, nil, nil, "run", study, "--storage", db)
@@ -287,7 +288,7 @@ func TestFailureClasses(t *testing.T) {
     type: categorical
     choices: [on]
     values: {on: %q}
-budget: {trials: 1, sampler: random, confirm: 0}
+budget: {trials: 1, sampler: random, confirm: 0, baseline: none}
 `, c.flags)
 			if c.class == "bad_command" {
 				// The flag schema rejects unknown flags at load time; an

@@ -85,7 +85,10 @@ func (a *app) bestCmd() *cobra.Command {
 					// Confirmed is the declared winner's confirmation: its
 					// pooled score, spread and runs (absent before one).
 					Confirmed *search.Winner `json:"confirmed,omitempty"`
-				}{Record: b, Confirmed: d.confirmation(b)}
+					// VersusDefault states it against the engine
+					// default (budget.baseline), as the text does.
+					VersusDefault string `json:"versus_default,omitempty"`
+				}{Record: b, Confirmed: d.confirmation(b), VersusDefault: d.versusDefault()}
 				return writeJSON(a.stdout, doc)
 			}
 			// A confirmed winner heads with its pooled score, as the study
@@ -102,7 +105,10 @@ func (a *app) bestCmd() *cobra.Command {
 			if w != nil {
 				fmt.Fprintf(a.stdout, "%s: %s\n", w.Confirmed(), w.Reason)
 			}
-			fmt.Fprintf(a.stdout, "params: %s\n", space.Params(b.Params).String())
+			if v := d.versusDefault(); v != "" {
+				fmt.Fprintln(a.stdout, v)
+			}
+			fmt.Fprintf(a.stdout, "params: %s\n", paramsText(b))
 			fmt.Fprintf(a.stdout, "command: %s\n", commandLine(b))
 			med := b.Medians()
 			levels := slices.Sorted(maps.Keys(med))
@@ -202,7 +208,7 @@ in the header.`,
 			rev := d.modelRevision(rec)
 			l := report.Launch{
 				Engine: recordEngine(rec), Study: d.name, Trial: rec.Number, Command: rec.Engine, Flags: rec.Flags(),
-				Env: rec.Env(), GPUs: rec.GPUs, Params: rec.Params, Version: rec.Version,
+				Env: rec.Env(), GPUs: rec.GPUs, Params: rec.ConfigParams(), Version: rec.Version,
 				ScoreReason: rec.ScoreReason, Measured: figuresAt(rec, d.scoredConcurrency()),
 				ModelRevision: rev, APIKeyEnv: apiKeyEnv, Created: now(a.getenv),
 			}
@@ -322,6 +328,22 @@ func writeExecutable(path string, b []byte) error {
 	return os.Rename(tmp.Name(), path)
 }
 
+// paramsText is a trial's params as status and best print them: "k=v
+// k=v", and for an engine default that leaves params to the engine the
+// values it set and those it left ("radix_cache=true; ep, mem_fraction
+// left to the engine").
+func paramsText(r search.Record) string {
+	if r.InSpace() {
+		return space.Params(r.Params).String()
+	}
+	text := space.Params(r.ConfigParams()).String()
+	left := strings.Join(r.Omitted, ", ") + " left to the engine"
+	if text == "" {
+		return left
+	}
+	return text + "; " + left
+}
+
 func detail(r search.Record) string {
 	d := r.FailureClass
 	if r.Reason != "" {
@@ -338,6 +360,9 @@ func detail(r search.Record) string {
 	}
 	if r.ConfirmOf != nil {
 		d = strings.TrimSpace(fmt.Sprintf("confirms #%d %s", *r.ConfirmOf, d))
+	}
+	if r.Baseline && r.ConfirmOf == nil {
+		d = strings.TrimSuffix("engine default; "+d, "; ")
 	}
 	if len(d) > 90 {
 		d = d[:87] + "..."

@@ -17,7 +17,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sgtune/sgtune/search"
-	"github.com/sgtune/sgtune/space"
 	"github.com/sgtune/sgtune/storage"
 )
 
@@ -82,10 +81,13 @@ creates or changes a database.`,
 					// Best is the declared winner's trial (before
 					// confirmation, the best trial); absent when none
 					// meets the SLO. Confirmed is the winner's pooled runs.
-					Best      *int            `json:"best,omitempty"`
-					Confirmed *search.Winner  `json:"confirmed,omitempty"`
-					Trials    []search.Record `json:"trials"`
-				}{Study: d.name, Launched: d.launched, Budget: d.budget(), Trials: d.recs}
+					Best      *int           `json:"best,omitempty"`
+					Confirmed *search.Winner `json:"confirmed,omitempty"`
+					// VersusDefault states the best against the
+					// engine default (budget.baseline), as the text does.
+					VersusDefault string          `json:"versus_default,omitempty"`
+					Trials        []search.Record `json:"trials"`
+				}{Study: d.name, Launched: d.launched, Budget: d.budget(), Trials: d.recs, VersusDefault: d.versusDefault()}
 				if b, ok := d.best(); ok {
 					doc.Best = &b.Number
 					doc.Confirmed = d.confirmation(b)
@@ -177,7 +179,7 @@ func statusText(d *studyData, now time.Time) string {
 			}
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Number, r.State, scoreCell(r), slo, timeCell(r, now), orDash(r.Host), orDash(r.SlurmJob),
-			detail(r), space.Params(r.Params).String())
+			detail(r), paramsText(r))
 	}
 	tw.Flush()
 	host, _ := os.Hostname()
@@ -213,6 +215,9 @@ func statusText(d *studyData, now time.Time) string {
 		}
 	}
 	fmt.Fprintf(&b, "best: %s\n", d.bestLine())
+	if v := d.versusDefault(); v != "" {
+		fmt.Fprintln(&b, v)
+	}
 	return b.String()
 }
 

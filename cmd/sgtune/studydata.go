@@ -236,6 +236,16 @@ func (d *studyData) bestLine() string {
 	return line
 }
 
+// versusDefault states the declared best against the study's engine
+// default (search.VersusDefault); "" without one.
+func (d *studyData) versusDefault() string {
+	var best *search.Record
+	if b, ok := d.best(); ok {
+		best = &b
+	}
+	return search.VersusDefault(d.winner, best, d.recs)
+}
+
 // modelRevision returns the model revision a trial served: its own
 // attribute, else the study's, else "".
 func (d *studyData) modelRevision(r search.Record) string {

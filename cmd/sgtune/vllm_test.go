@@ -25,7 +25,7 @@ func TestVLLMStudyEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(src)
-	for old, repl := range map[string]string{"--sim-speedup 25": "--sim-speedup 100", "trials: 6": "trials: 3"} {
+	for old, repl := range map[string]string{"--sim-speedup 25": "--sim-speedup 100", "trials: 6": "trials: 4"} {
 		if !strings.Contains(doc, old) {
 			t.Fatalf("vllm-sim.yaml no longer has %q", old)
 		}
@@ -50,8 +50,17 @@ func TestVLLMStudyEndToEnd(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("run: exit %d\n%s", code, out)
 	}
-	complete := 0
+	// The engine default (budget.baseline) takes the first of the 4
+	// launches, whatever it measures; the search's 3 complete.
+	complete, defaults := 0, 0
 	for _, r := range records(t, db) {
+		if r.Baseline {
+			defaults++
+			if len(r.Argv) == 0 || r.Argv[len(r.Argv)-1] == "" {
+				t.Errorf("the engine default's argv %q", r.Argv)
+			}
+			continue
+		}
 		if r.State == search.StateComplete {
 			complete++
 			if r.EngineName != "vllm" || r.Score == nil || *r.Score <= 0 {
@@ -59,8 +68,8 @@ func TestVLLMStudyEndToEnd(t *testing.T) {
 			}
 		}
 	}
-	if complete != 3 {
-		t.Errorf("%d complete trials, want 3:\n%s", complete, out)
+	if complete != 3 || defaults != 1 {
+		t.Errorf("%d complete trials of the search and %d of the engine default, want 3 and 1:\n%s", complete, defaults, out)
 	}
 	// The startup facts came from vLLM's log lines, the token counts from
 	// vllm:generation_tokens_total.
