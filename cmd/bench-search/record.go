@@ -206,7 +206,7 @@ func recordTable(ctx context.Context, st *space.Study, opt recordOptions) (*Tabl
 
 // runLine says how a run ended, in a few words.
 func runLine(r *TableRun) string {
-	o := r.Outcome
+	o := r.Outcome.outcome()
 	switch {
 	case o.State == search.StateComplete && o.ScoreOK:
 		return fmt.Sprintf("score %.1f", o.Score)
@@ -248,7 +248,7 @@ func recordRun(ctx context.Context, st *space.Study, cfg *space.Config, opt reco
 		return run, ctx.Err()
 	case errors.As(err, &f):
 		run.StartFailure = recordFailure(f)
-		run.Outcome = search.Decide(st, err, engine.Facts{}, nil, nil, nil)
+		run.Outcome = recordOutcome(search.Decide(st, err, engine.Facts{}, nil, nil, nil))
 	case err != nil:
 		return run, fmt.Errorf("launch %s: %w", cfg.Params, err)
 	default:
@@ -277,7 +277,7 @@ func recordRun(ctx context.Context, st *space.Study, cfg *space.Config, opt reco
 			crash = nil
 		}
 		run.Result, run.MeasureErr, run.Crash = res, recordError(merr), recordFailure(crash)
-		run.Outcome = search.Decide(st, nil, facts, res, merr, crash)
+		run.Outcome = recordOutcome(search.Decide(st, nil, facts, res, merr, crash))
 	}
 	run.WallS = time.Since(t0).Seconds()
 	return run, nil

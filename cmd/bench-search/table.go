@@ -114,12 +114,31 @@ type TableRun struct {
 	MeasureErr *RecordedError    `json:"measure_err,omitempty"`
 	Crash      *RecordedFailure  `json:"crash,omitempty"`
 	// Outcome is search.Decide's verdict on the run, for reference.
-	Outcome search.Outcome `json:"outcome"`
+	Outcome RecordedOutcome `json:"outcome"`
 }
 
 // Value is the run's value as the landscape counts it: the score of a
 // complete run that met its SLOs and gates, else 0.
-func (r *TableRun) Value() float64 { return r.Outcome.Value() }
+func (r *TableRun) Value() float64 { return r.Outcome.outcome().Value() }
+
+// RecordedOutcome is a search.Outcome as stored, with its value.
+type RecordedOutcome struct {
+	State   string  `json:"state"`
+	Class   string  `json:"class,omitempty"`
+	Reason  string  `json:"reason,omitempty"`
+	Score   float64 `json:"score"`
+	ScoreOK bool    `json:"score_ok"`
+	// Value is what the sampler was told (search.Outcome.Value).
+	Value float64 `json:"value"`
+}
+
+func recordOutcome(o search.Outcome) RecordedOutcome {
+	return RecordedOutcome{State: o.State, Class: o.Class, Reason: o.Reason, Score: o.Score, ScoreOK: o.ScoreOK, Value: o.Value()}
+}
+
+func (r RecordedOutcome) outcome() search.Outcome {
+	return search.Outcome{State: r.State, Class: r.Class, Reason: r.Reason, Score: r.Score, ScoreOK: r.ScoreOK}
+}
 
 // RecordedFailure is a *launcher.Failure as stored (its errors as text).
 type RecordedFailure struct {

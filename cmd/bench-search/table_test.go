@@ -136,7 +136,7 @@ func TestRecordResumeReplay(t *testing.T) {
 			pick := uint64(j)
 			b.draws = func() (uint64, uint64) { return pick, 0 }
 			got := replayOnce(t, b, st, cfg)
-			if got != run.Outcome {
+			if got != run.Outcome.outcome() || run.Outcome.Value != got.Value() {
 				t.Errorf("%s round %d: replayed %+v, recorded %+v", ct.Params, run.Round, got, run.Outcome)
 			}
 		}
