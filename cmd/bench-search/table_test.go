@@ -382,3 +382,35 @@ func TestRecordFlags(t *testing.T) {
 		t.Error("a refused recording wrote its table")
 	}
 }
+
+// TestMeasuredTable: the committed table of testdata/studies/llama-cpu.yaml
+// reads as that study's landscape: every feasible config measured in
+// every round, the statically infeasible ones never launched.
+func TestMeasuredTable(t *testing.T) {
+	t.Setenv("LLAMA_MODEL", filepath.Join(t.TempDir(), "model.gguf")) // the study names it; the replay needs no file
+	st := loadStudy(t, "../../testdata/studies/llama-cpu.yaml")
+	ls, err := tableLandscape("../../testdata/landscapes/llama-cpu.table.json.gz", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := ls.replay.table.Header
+	if !h.Complete || h.Repeats < 3 || h.EngineVersion == "" || h.Machine.NProc == 0 {
+		t.Errorf("header %+v", h)
+	}
+	launched := 0
+	for _, c := range ls.Configs {
+		if !c.Launched() {
+			if len(c.Values) > 0 {
+				t.Errorf("%s: statically infeasible but measured", c.Params)
+			}
+			continue
+		}
+		launched++
+		if len(c.Values) != h.Repeats {
+			t.Errorf("%s: %d runs, want %d", c.Params, len(c.Values), h.Repeats)
+		}
+	}
+	if len(ls.Configs) != 128 || launched != 96 || ls.Best < 0 || ls.Configs[ls.Best].Mean <= 0 {
+		t.Errorf("%d configs, %d launched, best %d", len(ls.Configs), launched, ls.Best)
+	}
+}
