@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -541,4 +542,50 @@ func saveLandscape(path string, ls *Landscape) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// defaultTruth is the true score of the study's engine default (its
+// budget.baseline config): the landscape's when the default is one of its
+// configs, else measured as a landscape config is, over the same draws.
+// A default that fails to start scores 0.
+func defaultTruth(ctx context.Context, st *space.Study, ls *Landscape, profile string, draws int) (float64, *space.Baseline, error) {
+	base, err := st.Baseline(nil)
+	if err != nil {
+		return 0, nil, fmt.Errorf("the engine default: %w", err)
+	}
+	argv := strings.Join(st.Argv(base.Config), " ")
+	for i := range ls.Configs {
+		cfg, err := st.Resolve(ls.Configs[i].Params, nil)
+		if err == nil && strings.Join(st.Argv(cfg), " ") == argv {
+			return ls.Configs[i].Mean, base, nil
+		}
+	}
+	if len(st.Check(base.Config)) > 0 {
+		return 0, base, nil
+	}
+	eng := newSimEngine(st)
+	srv, facts, err := startVirtual(ctx, eng, st.Argv(base.Config), virtual.Options{Profile: profile})
+	var f *launcher.Failure
+	if errors.As(err, &f) {
+		return 0, base, nil
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	if o := search.Decide(st, nil, facts, nil, nil, nil); o.Class == search.ClassLimitsReduced {
+		return 0, base, nil
+	}
+	sum := 0.0
+	for d := range draws {
+		r, err := srv.Relaunch(virtual.Options{Seed: uint64(d)})
+		if err != nil {
+			return 0, nil, err
+		}
+		o, err := try(ctx, st, eng.kind, r, facts)
+		if err != nil {
+			return 0, nil, err
+		}
+		sum += o.Value()
+	}
+	return sum / float64(draws), base, nil
 }

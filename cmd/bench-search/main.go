@@ -203,6 +203,24 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		pre.Host = nil
 		cmp := comparison{Study: st, Profile: m.Profile, Landscape: ls, Seeds: *seeds, Budget: *budget, NoiseCV: *noiseCV,
 			Workers: *workers, Log: progress, Preflight: &pre, Backend: backend}
+		if st.Budget.Baseline == space.BaselineDefault {
+			if m.Table != "" {
+				// A table holds the configs of the space, measured; an
+				// engine default outside it was never measured.
+				if base, err := st.Baseline(nil); err != nil || !base.InSpace() {
+					st.Budget.Baseline = space.BaselineNone
+					fmt.Fprintf(stdout, "engine default: not in the measured table; the studies run without it\n")
+				}
+			} else {
+				truth, base, err := defaultTruth(ctx, st, ls, m.Profile, *draws)
+				if err != nil {
+					fmt.Fprintln(stderr, "bench-search:", err)
+					return 1
+				}
+				cmp.DefaultTruth = truth
+				fmt.Fprintf(stdout, "engine default (%s): true score %.1f, %.1f%% of the best\n", base.Describe(), truth, 100*truth/ls.Configs[ls.Best].Mean)
+			}
+		}
 		if *trace {
 			cmp.Trace = stderr
 		}
