@@ -139,6 +139,13 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	studies := make([]*space.Study, len(members))
 	for i := range members {
 		m := &members[i]
+		for k, v := range m.Env {
+			if _, set := os.LookupEnv(k); !set {
+				if err := os.Setenv(k, v); err != nil {
+					return bad("%s: env %s: %v", m.Name, k, err)
+				}
+			}
+		}
 		st, err := space.Load(m.Study)
 		if err != nil {
 			fmt.Fprintln(stderr, err)

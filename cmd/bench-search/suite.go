@@ -22,6 +22,10 @@ type member struct {
 	Table   string `yaml:"table"`
 	// Why says what the landscape tests (printed with its results).
 	Why string `yaml:"why"`
+	// Env holds variables the study file reads ($NAME) that nothing here
+	// launches with: set while the study loads, where the environment
+	// does not set them already.
+	Env map[string]string `yaml:"env"`
 }
 
 // loadSuite reads a suite file: a YAML list of members. Paths (a profile

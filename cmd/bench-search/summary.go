@@ -36,7 +36,11 @@ func printSummary(w io.Writer, ls *Landscape) {
 	if ls.ScreenDraws > 0 && ls.ScreenDraws < ls.Draws {
 		draws = fmt.Sprintf("%d draws (every config %d, those then within %.0f%% of the best %d)", ls.Draws, ls.ScreenDraws, 100*ls.Refine, ls.Draws)
 	}
-	fmt.Fprintf(w, "true score: the value (score when the SLOs and gates hold, else 0) averaged over %s of the simulator's randomness, no measurement noise\n", draws)
+	if ls.replay != nil {
+		fmt.Fprintf(w, "true score: the value (score when the SLOs and gates hold, else 0) averaged over the %d runs measured for real per config; a launch replays one of them, its noise the real noise\n", ls.replay.table.Header.Repeats)
+	} else {
+		fmt.Fprintf(w, "true score: the value (score when the SLOs and gates hold, else 0) averaged over %s of the simulator's randomness, no measurement noise\n", draws)
+	}
 	if ls.Best < 0 || ls.Configs[ls.Best].Mean <= 0 {
 		fmt.Fprintf(w, "no config has a positive true score; failures: %s\n", classList(classes))
 		fmt.Fprintf(w, "cost: %.1f s wall (%.1f s startups), %d measurements run, %d reused, %d behaviour groups, %d workers\n", ls.WallS, ls.StartupS, ls.Runs, ls.Reused, ls.Groups, ls.Workers)
