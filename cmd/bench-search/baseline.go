@@ -47,8 +47,11 @@ func (c *comparison) baseline(ctx context.Context, m method, seed int, index map
 	rng := rand.New(rand.NewPCG(uint64(seed), hashString(m.Name)))
 	seen := map[string]bool{}
 	winner, winnerScore := -1, 0.0
-	for proposals := 0; len(run.Regret) < c.Budget; proposals++ {
-		if proposals > 200*c.Budget {
+	// skipped counts the proposals in a row that launched nothing; the
+	// study loop gives up after as many (search.maxSkips).
+	const maxSkipped = 200
+	for skipped := 0; len(run.Regret) < c.Budget; skipped++ {
+		if skipped > maxSkipped {
 			break // the sampler keeps proposing what it measured: it is done
 		}
 		id, err := study.Storage.CreateNewTrial(study.ID)
@@ -103,6 +106,7 @@ func (c *comparison) baseline(ctx context.Context, m method, seed int, index map
 			winner, winnerScore = idx, v
 		}
 		run.launch(ls, idx, winner, best, c.Budget)
+		skipped = -1 // a launch: the loop's increment restarts the count
 	}
 	run.pad(c.Budget)
 	return run, nil
