@@ -3,6 +3,7 @@ package objective
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -81,15 +82,38 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 	// reusable the share of the last batch's prompt words a perfect prefix
 	// cache could have served from them (PrefixReuse); warm-ups count, as
 	// they fill the server's cache too.
-	sent := map[uint64]bool{}
+	// Source batches are memoised across trials too (memoSource), and so
+	// is what a prefix cache could reuse of them after the batches sent
+	// before (prefixReuser).
+	var reuser prefixReuser
+	var srcID string
+	if src != nil {
+		id, err := json.Marshal(struct {
+			Source                  *SourceSpec
+			MaxTokens, PromptTokens int
+			IgnoreEOS, Reuse, Trace bool
+		}{spec.Source, spec.MaxTokens, spec.PromptTokens, spec.IgnoreEOS, spec.ReusePrompts, src.inOrder})
+		if err != nil {
+			return fmt.Errorf("workload source: %w", err)
+		}
+		srcID = string(id)
+	}
 	reusable := 0.0
 	synth := func(level, repeat, n, maxTokens int) ([][]byte, error) {
 		if src != nil {
-			reqs := src.requests(level, repeat, n)
-			if hit, words := PrefixReuse(reqs, sent); words > 0 {
+			k := sourceKey{model: model, source: srcID, level: level, repeat: repeat, n: n, maxTokens: maxTokens}
+			b, err := memoSource(k, func() (*sourceBatch, error) {
+				reqs := src.requests(level, repeat, n)
+				bodies, err := sourceBodies(model, reqs, maxTokens, spec)
+				return &sourceBatch{reqs: reqs, bodies: bodies}, err
+			})
+			if err != nil {
+				return nil, err
+			}
+			if hit, words := reuser.add(k, b); words > 0 {
 				reusable = float64(hit) / float64(words)
 			}
-			return sourceBodies(model, reqs, maxTokens, spec)
+			return b.bodies, nil
 		}
 		if file != nil {
 			return bodiesFor(prompts(level, repeat, n), maxTokens)

@@ -279,3 +279,34 @@ func TestSourceTraceReplay(t *testing.T) {
 		}
 	}
 }
+
+// prefixReuser gives what PrefixReuse over the run's batches gives, for a
+// run whose history the memo has seen (the second run), one it has not
+// (the first), and one that leaves the common path part way (the third).
+func TestPrefixReuserMemo(t *testing.T) {
+	src := sourceFor(SourceSpec{SharedPrefix: 300, PrefixGroups: 3, InputTokens: &LengthDist{Dist: "fixed", Mean: 40}, Seed: 7})
+	batch := func(level, repeat, n int) (sourceKey, *sourceBatch) {
+		return sourceKey{model: "m", source: "test-prefix-reuser", level: level, repeat: repeat, n: n, maxTokens: 64},
+			&sourceBatch{reqs: src.requests(level, repeat, n)}
+	}
+	type call struct{ level, repeat, n int }
+	for _, tc := range []struct {
+		name  string
+		calls []call
+	}{
+		{"first run", []call{{4, -1, 4}, {4, 1, 8}, {4, 2, 8}}},
+		{"same run again", []call{{4, -1, 4}, {4, 1, 8}, {4, 2, 8}}},
+		{"another run after the first batch", []call{{4, -1, 4}, {8, 1, 8}, {4, 2, 8}}},
+	} {
+		var r prefixReuser
+		seen := map[uint64]bool{}
+		for i, c := range tc.calls {
+			k, b := batch(c.level, c.repeat, c.n)
+			gotR, gotT := r.add(k, b)
+			wantR, wantT := PrefixReuse(b.reqs, seen)
+			if gotR != wantR || gotT != wantT {
+				t.Errorf("%s: batch %d: reuse %d of %d words, want %d of %d", tc.name, i, gotR, gotT, wantR, wantT)
+			}
+		}
+	}
+}
