@@ -19,7 +19,9 @@
 //	memory:      KV tokens = (mem_fraction*gpu_mem_gb - weights_gb/tp - overhead_gb)
 //	             * kv_tokens_per_gb * tp/reference_tp - slots*slot_kv_tokens
 //	             - speculative costs + ep_kv_tokens_delta, times kv_dtype_factor;
-//	             default_mem_fraction, oom_mem_fraction, default_chunked_prefill_size,
+//	             default_mem_fraction, oom_mem_fraction, oom_headroom {base_gb,
+//	             chunk_mb_per_token, graph_mb_per_bs} (startup OOM when 1 - mem_fraction
+//	             leaves less), default_chunked_prefill_size,
 //	             startup durations (weight_load_s, startup_other_s, graph_capture_s)
 //	state_pool:  slot_kv_tokens, full_memory_ratio, auto_reserve_tokens,
 //	             ratios {radix_off, no_buffer, extra_buffer_overlap,
@@ -36,7 +38,8 @@
 //	performance: decode_step_ms (table by batch, EP == TP), ep_partial_factor,
 //	             tp_exponent, kv_ms_per_mtoken, kv_parallel_batch (KV term =
 //	             kv_ms_per_mtoken * tokens / min(batch, kv_parallel_batch)),
-//	             no_cuda_graph_step_ms,
+//	             no_cuda_graph_step_ms, no_overlap_step_ms (table by batch: CPU
+//	             time per step without the overlap scheduler),
 //	             queue_overhead_ms, frontend_ms, prefill_base_ms,
 //	             prefill_per_req_ms, prefill_per_req_ep_partial_factor,
 //	             prefill_tok_per_s, prefill_quad_s_per_mtok2, cached_token_us,
@@ -46,6 +49,11 @@
 //	               effect: {kind: startup_crash|startup_oom|crash_after_requests|
 //	               crash_when_running_over|hang_when_running_over|corrupt,
 //	               n, json_frac, tool_frac, message}
+//
+// --dp-size N without DP attention runs N replicas, each with its own KV
+// pool, running cap and prefix cache; requests go to them round robin and
+// they step side by side (Engine.planReplicas). Running-request fault
+// thresholds count one replica's requests.
 //
 // A request's simulated start is when it reached the server: the
 // simulator's own parsing of a large body overlaps the simulated front-end

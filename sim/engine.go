@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,9 @@ type Seq struct {
 	Received time.Time
 
 	Cached int // prompt tokens served from the prefix cache (set at admission)
+	// blocks are the cached blocks its chain matched at admission, for
+	// touching them without lookups (see prefixCache.touchKnown).
+	blocks []*cacheBlock
 
 	gen      atomic.Int64
 	done     atomic.Bool
@@ -47,6 +51,7 @@ type Seq struct {
 	firstAt  float64
 	kvHeld   int
 	prefLeft int
+	replica  int  // the DP replica serving it (Plan.Replicas)
 	late     bool // its simulated arrival had passed when it was submitted
 }
 
@@ -98,14 +103,23 @@ type Engine struct {
 	waiting    []*Seq
 	running    []*Seq
 	prefilling *Seq
-	kvUsed     int
-	highWater  map[string]int
+	// prefillingRep is each DP replica's chunked prefill in progress
+	// (Plan.Replicas > 1; prefilling is then unused).
+	prefillingRep []*Seq
+	kvUsed        int
+	// kvRep is kvUsed per DP replica (one entry without replicas).
+	kvRep []int
+	// nextReplica is where round-robin dispatch sends the next request.
+	nextReplica int
+	highWater   map[string]int
 	// cachedStates counts state slots held by the radix cache for
 	// finished requests (radix on), bounded by the slots running requests
 	// leave free.
 	cachedStates int
-	// cache holds the prompt blocks of prefilled requests (radix on).
+	// cache holds the prompt blocks of prefilled requests (radix on);
+	// caches has one per DP replica, cache being the first.
 	cache     *prefixCache
+	caches    []*prefixCache
 	rng       *rand.Rand
 	admitted  int
 	hung      bool
@@ -180,6 +194,11 @@ func NewEngine(p *Profile, pl *Plan, rules []FaultRule, speedup float64, log io.
 	e := &Engine{p: p, pl: pl, speed: speedup, log: log, wake: make(chan struct{}, 1),
 		highWater: map[string]int{}, cache: newPrefixCache(), t0: time.Now(), rng: rand.New(rand.NewPCG(1, 2)), onCrash: onCrash}
 	e.logPf = schedPrefix(pl)
+	e.kvRep = make([]int, pl.replicas())
+	e.caches = []*prefixCache{e.cache}
+	for range pl.replicas() - 1 {
+		e.caches = append(e.caches, newPrefixCache())
+	}
 	for _, r := range rules {
 		switch r.Effect.Kind {
 		case "crash_after_requests":
@@ -255,6 +274,8 @@ func (e *Engine) Submit(s *Seq) error {
 func (e *Engine) submitAt(s *Seq, now, start, overhead float64) {
 	s.start = start
 	s.arrive = s.start + max(0, e.p.Perf.FrontendMS/1000-overhead)
+	s.replica = e.nextReplica
+	e.nextReplica = (e.nextReplica + 1) % len(e.kvRep)
 	s.late = s.arrive < now
 	e.pending = append(e.pending, s)
 }
@@ -281,11 +302,32 @@ func (e *Engine) Abort(s *Seq) {
 	if e.prefilling == s {
 		e.prefilling = nil
 	}
+	for r, x := range e.prefillingRep {
+		if x == s {
+			e.prefillingRep[r] = nil
+		}
+	}
 	e.kvUsed -= s.kvHeld
+	e.kvRep[s.replica] -= s.kvHeld
 	s.kvHeld = 0
 	s.err = errors.New("aborted")
 	s.done.Store(true)
 	s.signal()
+}
+
+// chunking counts the chunked prefills in progress (one per DP replica at
+// most). Call with e.mu held.
+func (e *Engine) chunking() int {
+	n := 0
+	if e.prefilling != nil {
+		n++
+	}
+	for _, s := range e.prefillingRep {
+		if s != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // Snapshot returns live statistics.
@@ -294,9 +336,7 @@ func (e *Engine) Snapshot() Stats {
 	defer e.mu.Unlock()
 	st := e.stats
 	st.Running = len(e.running)
-	if e.prefilling != nil {
-		st.Running++
-	}
+	st.Running += e.chunking()
 	st.Queued = len(e.waiting) + len(e.pending)
 	st.UsedTokens = e.kvUsed
 	if e.acceptN > 0 {
@@ -321,10 +361,13 @@ func (e *Engine) FlushCache() (ok bool, queued, running int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	queued, running = len(e.waiting)+len(e.pending), len(e.running)
-	if queued+running > 0 || e.prefilling != nil {
+	if queued+running > 0 || e.chunking() > 0 {
 		return false, queued, running
 	}
-	e.cache = newPrefixCache()
+	for i := range e.caches {
+		e.caches[i] = newPrefixCache()
+	}
+	e.cache = e.caches[0]
 	e.cachedStates = 0
 	return true, 0, 0
 }
@@ -357,7 +400,7 @@ func (e *Engine) decide(now, gather float64) step {
 	if e.crashed {
 		return step{kind: stepCrashed}
 	}
-	if len(e.running) == 0 && len(e.waiting) == 0 && e.prefilling == nil {
+	if len(e.running) == 0 && len(e.waiting) == 0 && e.chunking() == 0 {
 		if len(e.pending) == 0 {
 			return step{kind: stepIdle}
 		}
@@ -551,12 +594,18 @@ func (e *Engine) StepMS(b int, kvTok int, queued bool) float64 {
 	if !e.pl.CUDAGraph || b > e.pl.GraphMaxBS {
 		ms += pf.NoGraphStepMS
 	}
+	if !e.pl.Overlap {
+		ms += pf.NoOverlapStepMS.At(float64(b))
+	}
 	return ms
 }
 
 // plan picks the next step (prefill has priority, as in SGLang) and returns
 // its simulated duration and the function that applies its outcome.
 func (e *Engine) plan() (float64, func()) {
+	if len(e.kvRep) > 1 {
+		return e.planReplicas()
+	}
 	pf := e.p.Perf
 	// A chunked prefill in progress continues first.
 	if s := e.prefilling; s != nil {
@@ -589,7 +638,7 @@ func (e *Engine) plan() (float64, func()) {
 		// SGLang.
 		cached, hit := 0, 0
 		if e.pl.Radix {
-			hit = e.cache.match(s.Chain)
+			hit, s.blocks = e.cache.matchBlocks(s.Chain, s.blocks[:0])
 			cached = max(0, min(hit*cacheBlockTokens, s.Prompt-1))
 		}
 		newTok := s.Prompt - cached
@@ -611,21 +660,32 @@ func (e *Engine) plan() (float64, func()) {
 			// The matched prefix is in use: it becomes the most
 			// recently used (SGLang locks and refreshes the matched
 			// radix node).
-			e.cache.touch(s.Chain[:hit])
+			e.cache.touchKnown(s.Chain[:hit], s.blocks)
 		}
 		s.kvHeld = need
 		e.kvUsed += need
+		e.kvRep[0] += need
 		used += newTok
 		if e.pl.ChunkedPrefill > 0 && newTok > e.pl.ChunkedPrefill {
 			e.span.Chunked = true
 			// A long prompt is prefilled alone, one chunk per step.
 			if len(batch) == 0 {
+				// It runs from its first chunk on: the running-request
+				// faults see it as a batch's admission does.
+				if running := len(e.running) + 1; e.crashRunning > 0 && running > e.crashRunning {
+					e.waiting = append([]*Seq{s}, e.waiting...) // fail it too
+					e.crash(fmt.Sprintf("%d running requests", running))
+					return 0, func() {}
+				} else if e.hangRunning > 0 && running > e.hangRunning {
+					e.hung = true
+				}
 				s.prefLeft = newTok
 				e.prefilling = s
 				return e.plan()
 			}
 			e.waiting = append([]*Seq{s}, e.waiting...)
 			e.kvUsed -= need
+			e.kvRep[0] -= need
 			s.kvHeld = 0
 			used -= newTok
 			break
@@ -669,6 +729,190 @@ func (e *Engine) plan() (float64, func()) {
 	ms := e.StepMS(b, kvTok, len(e.waiting) > 0)
 	dur := ms/1000 + e.cold("d", b, allHealth)
 	_ = pf
+	return dur, func() { e.decode(dur) }
+}
+
+// admitS is the exposed scheduler time to admit batch into the state
+// planReplicas is plan for DP replicas (Plan.Replicas > 1): each request
+// belongs to the replica dispatch sent it to, and each replica has its own
+// running cap, KV pool, prefill budget, prefix cache and chunked prefill
+// in progress, so a replica that cannot admit its next request does not
+// hold back the others. The replicas step together: a prefill step runs
+// every replica's next chunk and new prefill batch and lasts as long as
+// the longest of them (decoding waits, as prefill has priority); a decode
+// step lasts as long as the slowest replica's batch. That is exact for
+// evenly dispatched load and costs the replicas a little when one has more
+// to do.
+func (e *Engine) planReplicas() (float64, func()) {
+	nrep := len(e.kvRep)
+	if e.prefillingRep == nil {
+		e.prefillingRep = make([]*Seq, nrep)
+	}
+	run := make([]int, nrep) // running plus admitted by this step
+	for _, s := range e.running {
+		run[s.replica]++
+	}
+	var steps []float64 // each replica's prefill work this step (s)
+	var after []func()
+	// Chunked prefills in progress continue first, each on its replica.
+	blocked := make([]bool, nrep)
+	nBlocked := 0
+	for r, s := range e.prefillingRep {
+		if s == nil {
+			continue
+		}
+		blocked[r] = true
+		nBlocked++
+		n := min(s.prefLeft, max(e.pl.ChunkedPrefill, 1))
+		steps = append(steps, e.prefillS([]*Seq{s}, []int{n})+e.coldPrefill(run[r]+1, s.Health))
+		after = append(after, func() {
+			s.prefLeft -= n
+			if s.prefLeft <= 0 {
+				e.prefillingRep[r] = nil
+				e.firstToken(s)
+			}
+		})
+	}
+	// Then new requests: FCFS per replica under its running cap, its KV
+	// room and its prefill token budget.
+	budget := max(e.pl.MaxPrefillTokens, e.pl.ChunkedPrefill)
+	batches := make([][]*Seq, nrep)
+	toks := make([][]int, nrep)
+	used := make([]int, nrep)
+	block := func(r int) {
+		blocked[r] = true
+		nBlocked++
+	}
+	for i := 0; i < len(e.waiting) && nBlocked < nrep; {
+		s := e.waiting[i]
+		r := s.replica
+		if blocked[r] {
+			i++
+			continue
+		}
+		if run[r] >= e.pl.EffectiveMRR {
+			block(r)
+			continue
+		}
+		need := s.Prompt + s.Limit
+		e.span.KVPeak = max(e.span.KVPeak, e.kvRep[r]+need)
+		if e.kvRep[r]+need > e.pl.KVTokens && run[r] > 0 {
+			e.span.KVBound = true
+			block(r)
+			continue
+		}
+		// The longest cached prefix in the replica's own cache, as plan.
+		cached, hit := 0, 0
+		cache := e.caches[r]
+		if e.pl.Radix {
+			hit, s.blocks = cache.matchBlocks(s.Chain, s.blocks[:0])
+			cached = max(0, min(hit*cacheBlockTokens, s.Prompt-1))
+		}
+		newTok := s.Prompt - cached
+		e.span.PromptPeak = max(e.span.PromptPeak, newTok)
+		long := e.pl.ChunkedPrefill > 0 && newTok > e.pl.ChunkedPrefill
+		if len(batches[r]) > 0 && (long || used[r]+newTok > budget) {
+			// A long prompt is prefilled alone: it waits for the
+			// replica's next step, as one over the budget does.
+			if long {
+				e.span.Chunked = true
+			}
+			block(r)
+			continue
+		}
+		if !s.Health {
+			e.admitted++
+			if e.crashAfter > 0 && e.admitted > e.crashAfter {
+				for _, b := range batches {
+					e.waiting = append(b, e.waiting...) // fail them too
+				}
+				e.crash(fmt.Sprintf("request %d", e.admitted))
+				return 0, func() {}
+			}
+		}
+		e.waiting = append(e.waiting[:i], e.waiting[i+1:]...)
+		s.Cached = cached
+		if hit > 0 {
+			cache.touchKnown(s.Chain[:hit], s.blocks)
+		}
+		s.kvHeld = need
+		e.kvUsed += need
+		e.kvRep[r] += need
+		run[r]++
+		if long {
+			// Prefilled alone, one chunk per step, from this step on.
+			e.span.Chunked = true
+			s.prefLeft = newTok
+			e.prefillingRep[r] = s
+			n := min(s.prefLeft, e.pl.ChunkedPrefill)
+			steps = append(steps, e.prefillS([]*Seq{s}, []int{n})+e.coldPrefill(run[r], s.Health))
+			after = append(after, func() {
+				s.prefLeft -= n
+				if s.prefLeft <= 0 {
+					e.prefillingRep[r] = nil
+					e.firstToken(s)
+				}
+			})
+			block(r)
+			continue
+		}
+		used[r] += newTok
+		batches[r] = append(batches[r], s)
+		toks[r] = append(toks[r], newTok)
+	}
+	// The busiest replica's running batch is what fault thresholds see.
+	if running := slices.Max(run); running > 0 {
+		if e.crashRunning > 0 && running > e.crashRunning {
+			for _, b := range batches {
+				e.waiting = append(b, e.waiting...) // fail them too
+			}
+			e.crash(fmt.Sprintf("%d running requests", running))
+			return 0, func() {}
+		}
+		if e.hangRunning > 0 && running > e.hangRunning {
+			e.hung = true
+		}
+	}
+	for r, batch := range batches {
+		if len(batch) == 0 {
+			continue
+		}
+		allHealth := true
+		for _, s := range batch {
+			allHealth = allHealth && s.Health
+		}
+		steps = append(steps, e.prefillS(batch, toks[r])+e.admitS(batch)+e.coldPrefill(run[r], allHealth))
+		e.logPrefill(batch, toks[r])
+		after = append(after, func() {
+			for _, s := range batch {
+				e.firstToken(s)
+			}
+		})
+	}
+	if len(steps) > 0 {
+		return slices.Max(steps), func() {
+			for _, f := range after {
+				f()
+			}
+		}
+	}
+	if len(e.running) == 0 {
+		return 0, nil
+	}
+	queued := len(e.waiting) > 0
+	allHealth := true
+	kvTok := make([]int, nrep)
+	for _, s := range e.running {
+		kvTok[s.replica] += s.Prompt + s.Gen()
+		allHealth = allHealth && s.Health
+	}
+	var ms float64
+	for r, n := range run {
+		if n > 0 {
+			ms = max(ms, e.StepMS(n, kvTok[r], queued))
+		}
+	}
+	dur := ms/1000 + e.cold("d", slices.Max(run), allHealth)
 	return dur, func() { e.decode(dur) }
 }
 
@@ -737,6 +981,9 @@ func (e *Engine) prefillS(batch []*Seq, toks []int) float64 {
 	if !e.pl.CUDAGraph {
 		ms += pf.NoGraphStepMS
 	}
+	if !e.pl.Overlap {
+		ms += pf.NoOverlapStepMS.At(float64(len(batch)))
+	}
 	return ms / 1000
 }
 
@@ -746,17 +993,19 @@ func (e *Engine) firstToken(s *Seq) {
 		return // aborted while its prefill ran
 	}
 	if e.pl.Radix && len(s.Chain) > 0 {
-		// Every block of the prompt is now in the tree; the least
-		// recently used leaves go while the cache holds more tokens than
-		// the pool (the simulator bounds the cache by the pool alone,
-		// not by the pool less the running requests' tokens).
-		e.cache.touch(s.Chain)
-		e.span.KVPeak = max(e.span.KVPeak, e.cache.tokens())
-		if e.cache.tokens() > e.pl.KVTokens {
+		// Every block of the prompt is now in the tree (its replica's);
+		// the least recently used leaves go while the cache holds more
+		// tokens than the pool (the simulator bounds the cache by the
+		// pool alone, not by the pool less the running requests' tokens).
+		cache := e.caches[s.replica]
+		cache.touchKnown(s.Chain, s.blocks)
+		s.blocks = nil
+		e.span.KVPeak = max(e.span.KVPeak, cache.tokens())
+		if cache.tokens() > e.pl.KVTokens {
 			e.span.KVBound = true
 		}
-		for e.cache.tokens() > e.pl.KVTokens {
-			e.cache.evict() // an empty cache holds 0 tokens: the loop ends
+		for cache.tokens() > e.pl.KVTokens {
+			cache.evict() // an empty cache holds 0 tokens: the loop ends
 		}
 	}
 	s.firstAt = e.simT
@@ -797,6 +1046,7 @@ func (e *Engine) emit(s *Seq, k int) {
 			}
 		}
 		e.kvUsed -= s.kvHeld
+		e.kvRep[s.replica] -= s.kvHeld
 		s.kvHeld = 0
 		if e.pl.Radix && !s.Health {
 			// The finished request's state stays in the radix tree.
@@ -844,7 +1094,7 @@ func (e *Engine) decode(dur float64) {
 		}
 		// Only a hybrid model has a state pool to report (ref §3 Runtime);
 		// a dense model's line has the plain token counts.
-		usage := fmt.Sprintf("#token: %d, token usage: %.2f", e.kvUsed, float64(e.kvUsed)/float64(e.pl.KVTokens))
+		usage := fmt.Sprintf("#token: %d, token usage: %.2f", e.kvUsed, float64(e.kvUsed)/float64(e.pl.KVTokens*len(e.kvRep)))
 		if e.p.Model.Hybrid {
 			usage = fmt.Sprintf("#full token: %d, full token usage: %.2f, mamba num: %d, mamba usage: %.2f", e.kvUsed, float64(e.kvUsed)/float64(e.pl.KVTokens),
 				b*e.pl.Ratio, float64(b*e.pl.Ratio)/float64(max(1, e.pl.StateSlots)))
@@ -864,7 +1114,7 @@ func (e *Engine) logPrefill(batch []*Seq, toks []int) {
 		nt += toks[i]
 		ct += s.Cached
 	}
-	usage := fmt.Sprintf("token usage: %.2f", float64(e.kvUsed)/float64(e.pl.KVTokens))
+	usage := fmt.Sprintf("token usage: %.2f", float64(e.kvUsed)/float64(e.pl.KVTokens*len(e.kvRep)))
 	if e.p.Model.Hybrid { // as in decode: only a hybrid model reports its state pool
 		usage = fmt.Sprintf("full token usage: %.2f, mamba usage: %.2f", float64(e.kvUsed)/float64(e.pl.KVTokens),
 			float64(len(e.running)*e.pl.Ratio)/float64(max(1, e.pl.StateSlots)))
@@ -892,6 +1142,12 @@ func (e *Engine) crash(reason string) {
 	if e.prefilling != nil {
 		fail([]*Seq{e.prefilling})
 	}
+	for _, s := range e.prefillingRep {
+		if s != nil {
+			fail([]*Seq{s})
+		}
+	}
+	clear(e.prefillingRep)
 	e.pending, e.waiting, e.running, e.prefilling = nil, nil, nil, nil
 	if e.onCrash != nil {
 		go e.onCrash(reason)

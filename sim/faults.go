@@ -21,6 +21,7 @@ func (pl *Plan) Facts(a *Args) map[string]any {
 		"speculative_num_steps":      pl.SpecSteps,
 		"enable_dp_attention":        a.Bool("enable_dp_attention"),
 		"chunked_prefill_size":       pl.ChunkedPrefill,
+		"cuda_graph_max_bs":          pl.GraphMaxBS,
 		"max_running_requests":       pl.EffectiveMRR,
 		"kv_cache_dtype":             pl.KVDtype,
 		"mamba_radix_cache_strategy": pl.Strategy,
@@ -30,12 +31,13 @@ func (pl *Plan) Facts(a *Args) map[string]any {
 }
 
 // worldSize is how many GPUs the launch uses: TP x PP, times DP for vLLM,
-// whose data-parallel engines each have their own TP x PP ranks.
+// whose data-parallel engines each have their own TP x PP ranks, and for
+// SGLang's DP replicas (--dp-size without DP attention).
 func (pl *Plan) worldSize() int {
 	if pl.Dialect == EngineVLLM {
 		return pl.TP * pl.PP * pl.DP
 	}
-	return pl.TP * pl.PP
+	return pl.TP * pl.PP * pl.replicas()
 }
 
 // MatchFaults returns the rules whose predicates hold.

@@ -360,7 +360,7 @@ func (st *startup) mambaCacheLine() string {
 	line := fmt.Sprintf("Mamba Cache is allocated. max_mamba_cache_size: %d, conv_state size: %.2fGB, ssm_state size: %.2fGB ",
 		pl.StateSlots, float64(pl.StateSlots)*slotGB*0.06, float64(pl.StateSlots)*slotGB*0.94)
 	if pl.SpecAlgorithm != "" {
-		inter := float64(min(pl.RequestedMRR/pl.DP, pl.StateSlots/max(1, pl.Ratio))*pl.SpecDraftTokens) * slotGB
+		inter := float64(min(pl.RequestedMRR/pl.attnDP(), pl.StateSlots/max(1, pl.Ratio))*pl.SpecDraftTokens) * slotGB
 		line += fmt.Sprintf("intermediate_ssm_state_cache size: %.2fGB intermediate_conv_window_cache size: %.2fGB ", inter*0.94, inter*0.06)
 	}
 	return line

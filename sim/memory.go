@@ -17,7 +17,16 @@ func (e *StartupError) Error() string { return e.Kind + ": " + strings.Join(e.Li
 // Plan is a launch resolved against a profile: what SGLang would compute at
 // startup (pools, caps, defaults) before serving.
 type Plan struct {
-	TP, EP, DP, PP      int
+	TP, EP, DP, PP int
+	// DPAttention is --enable-dp-attention with DP > 1: the DP workers
+	// shard attention inside one TP group. Without it, DP > 1 launches
+	// Replicas data-parallel copies of the TP group.
+	DPAttention bool
+	// Replicas is how many data-parallel copies of the model serve
+	// (--dp-size without DP attention; 1 otherwise). Each has its own KV
+	// cache of KVTokens, running cap EffectiveMRR and prefix cache; the
+	// engine dispatches requests to them round robin.
+	Replicas            int
 	MemFraction         float64
 	ContextLen          int
 	ChunkedPrefill      int
@@ -128,8 +137,19 @@ func newPlan(a *Args, p *Profile) *Plan {
 
 // parallel applies DP attention (chunked prefill split across DP workers)
 // and an all-to-all MoE backend (expert parallelism equal to TP).
+//
+// Without DP attention, --dp-size N runs N replicas of the TP group, each
+// with its own scheduler, memory pools and radix cache, and requests
+// scattered over them (docs.sglang.io, advanced_features/dp_dpa_smg_guide:
+// "Each replica has a full copy of the model ... No inter-replica
+// communication"; the load balancer's default dispatch is round robin).
 func (pl *Plan) parallel(a *Args, _ *Profile) *StartupError {
-	if a.Bool("enable_dp_attention") && pl.DP > 1 {
+	pl.DPAttention = a.Bool("enable_dp_attention") && pl.DP > 1
+	pl.Replicas = 1
+	if !pl.DPAttention {
+		pl.Replicas = pl.DP
+	}
+	if pl.DPAttention {
 		if pl.TP%pl.DP != 0 {
 			return &StartupError{Kind: "invalid", Lines: []string{"AssertionError: tp_size must be divisible by dp_size when dp attention is enabled"}}
 		}
@@ -222,6 +242,17 @@ func (pl *Plan) restMemory(_ *Args, p *Profile) *StartupError {
 			fmt.Sprintf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of %.2f GiB of which %.2f GiB is free. Including non-PyTorch memory, this process has %.2f GiB memory in use. Of the allocated memory %.2f GiB is allocated by PyTorch, and %.2f GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
 				gpuMem, gpuMem*(1-pl.MemFraction)*0.3, gpuMem*pl.MemFraction+1.1, gpuMem*pl.MemFraction-0.4, 0.37)}}
 	}
+	if h := m.OOMHeadroom; h.BaseGB > 0 && pl.Err == nil {
+		need := h.BaseGB + float64(max(pl.ChunkedPrefill, 2048))*h.ChunkMBPerToken/1024
+		if pl.CUDAGraph {
+			need += float64(pl.GraphMaxBS) * h.GraphMBPerBS / 1024
+		}
+		if left := (1 - pl.MemFraction) * gpuMem; left < need {
+			pl.Err = &StartupError{Kind: "oom", Lines: []string{
+				fmt.Sprintf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %.2f GiB. GPU 0 has a total capacity of %.2f GiB of which %.2f GiB is free. Including non-PyTorch memory, this process has %.2f GiB memory in use. Of the allocated memory %.2f GiB is allocated by PyTorch, and %.2f GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+					need-left+0.5, gpuMem, max(0, left-need+0.5)*0.1, gpuMem*pl.MemFraction+left*0.9, gpuMem*pl.MemFraction-0.4, 0.37)}}
+		}
+	}
 	tpScale := float64(pl.TP) / float64(m.ReferenceTP)
 	pl.restGB = pl.MemFraction*gpuMem - m.WeightsGB/float64(pl.TP*pl.PP) - m.OverheadGB
 	pl.RestTokens = pl.restGB * m.KVTokensPerGB * tpScale
@@ -258,9 +289,9 @@ func (pl *Plan) statePool(a *Args, p *Profile) (inter float64, err *StartupError
 	D := float64(pl.SpecDraftTokens)
 	switch {
 	case a.Has("max_mamba_cache_size"):
-		pl.StateSlots = a.Int("max_mamba_cache_size", 0) / pl.DP
+		pl.StateSlots = a.Int("max_mamba_cache_size", 0) / pl.attnDP()
 	case !pl.Radix && pl.RequestedMRR > 0:
-		pl.StateSlots = pl.RequestedMRR / pl.DP
+		pl.StateSlots = pl.RequestedMRR / pl.attnDP()
 	default:
 		r := a.Float("mamba_full_memory_ratio", orF(sp.FullMemoryRatio, 0.9))
 		budget := (pl.RestTokens - sp.AutoReserveTokens) * r / (1 + r)
@@ -277,7 +308,7 @@ func (pl *Plan) statePool(a *Args, p *Profile) (inter float64, err *StartupError
 		}
 	}
 	if pl.SpecAlgorithm != "" && inter == 0 {
-		mrr := pl.RequestedMRR / pl.DP
+		mrr := pl.RequestedMRR / pl.attnDP()
 		inter = p.Spec.IntermediatePerReq * float64(min(mrr, pl.StateSlots/max(1, pl.Ratio))) * D
 	}
 	return inter, nil
@@ -321,7 +352,7 @@ func (pl *Plan) maxRunning(_ *Args, p *Profile) *StartupError {
 	estimated := max(min(int(float64(pl.KVTokens)/float64(pl.ContextLen)*512), 4096), 2048)
 	var mnr, requested int
 	if pl.RequestedMRR > 0 {
-		requested = pl.RequestedMRR / pl.DP
+		requested = pl.RequestedMRR / pl.attnDP()
 		mnr = min(requested, pl.KVTokens/2)
 	} else {
 		mnr = min(estimated, pl.KVTokens/2)
@@ -338,6 +369,19 @@ func (pl *Plan) maxRunning(_ *Args, p *Profile) *StartupError {
 	pl.EffectiveMRR = mnr
 	return nil
 }
+
+// attnDP is SGLang's attn_dp_size: the DP workers that split a replica's
+// requests and pools (DP with DP attention, else 1; sglang.md §2 Capping:
+// requested_per_worker = max_running_requests // attn_dp_size).
+func (pl *Plan) attnDP() int {
+	if pl.DPAttention {
+		return pl.DP
+	}
+	return 1
+}
+
+// replicas is Replicas, at least 1 (a vLLM plan leaves it unset).
+func (pl *Plan) replicas() int { return max(1, pl.Replicas) }
 
 func a2aName(b string) string {
 	switch b {

@@ -156,14 +156,41 @@ func (c *prefixCache) match(chain []uint64) int {
 	return len(chain)
 }
 
+// matchBlocks is match that also appends the matched blocks to into, so
+// that touching them again (touchKnown) needs no lookup.
+func (c *prefixCache) matchBlocks(chain []uint64, into []*cacheBlock) (int, []*cacheBlock) {
+	for i, h := range chain {
+		b, ok := c.blocks[h]
+		if !ok {
+			return i, into
+		}
+		into = append(into, b)
+	}
+	return len(chain), into
+}
+
 // touch marks chain's blocks as just used, adding those not cached. chain
 // is a prompt's chain or a leading part of one: each block continues the
 // one before it, so touching deepest first keeps every block more recent
 // than its continuations.
-func (c *prefixCache) touch(chain []uint64) {
+func (c *prefixCache) touch(chain []uint64) { c.touchKnown(chain, nil) }
+
+// touchKnown is touch given the blocks a match found for chain's first
+// len(known) hashes: a known block still cached (linked, same key: a key
+// has one cached block) is moved without a lookup. A long prompt's chain is
+// matched at admission and touched twice; the lookups were most of a
+// long-context run's time.
+func (c *prefixCache) touchKnown(chain []uint64, known []*cacheBlock) {
 	for i := len(chain) - 1; i >= 0; i-- {
 		h := chain[i]
-		b, ok := c.blocks[h]
+		var b *cacheBlock
+		if i < len(known) && known[i].prev != nil && known[i].key == h {
+			b = known[i]
+		}
+		ok := b != nil
+		if !ok {
+			b, ok = c.blocks[h]
+		}
 		if ok {
 			b.prev.next, b.next.prev = b.next, b.prev
 		} else {

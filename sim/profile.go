@@ -86,9 +86,30 @@ type MemorySpec struct {
 	OOMMemFraction     float64            `yaml:"oom_mem_fraction"` // at or above: OOM during graph capture
 	DefaultChunked     int                `yaml:"default_chunked_prefill_size"`
 	DefaultGraphMaxBS  int                `yaml:"default_cuda_graph_max_bs"`
-	WeightLoadS        float64            `yaml:"weight_load_s"` // simulated seconds
-	StartupOtherS      float64            `yaml:"startup_other_s"`
-	GraphCaptureS      float64            `yaml:"graph_capture_s"`
+	// OOMHeadroom, when its base is set, is the GPU memory a launch needs
+	// outside the static pools: a memory fraction leaving less fails
+	// with an out-of-memory error at startup, so the fraction's safe edge
+	// moves with the chunk size and the CUDA graphs.
+	OOMHeadroom   OOMHeadroom `yaml:"oom_headroom"`
+	WeightLoadS   float64     `yaml:"weight_load_s"` // simulated seconds
+	StartupOtherS float64     `yaml:"startup_other_s"`
+	GraphCaptureS float64     `yaml:"graph_capture_s"`
+}
+
+// OOMHeadroom is the memory outside the static pools (weights, KV cache,
+// state pool) that a launch needs per GPU: activations of a prefill chunk
+// and the CUDA graphs' buffers. SGLang's own default for
+// --mem-fraction-static reserves the same terms: 512 MB + max(chunked,
+// 2048) x 1.5 MB + TP x PP / 8 x 1 GB + the graphs' reserve
+// (sglang.md §1 Auto-adjustments). A launch OOMs when
+//
+//	(1 - mem_fraction) * gpu_mem_gb < base_gb
+//	    + max(chunked_prefill_size, 2048) * chunk_mb_per_token / 1024
+//	    + cuda_graph_max_bs * graph_mb_per_bs / 1024   (CUDA graphs on)
+type OOMHeadroom struct {
+	BaseGB          float64 `yaml:"base_gb"`
+	ChunkMBPerToken float64 `yaml:"chunk_mb_per_token"`
+	GraphMBPerBS    float64 `yaml:"graph_mb_per_bs"`
 }
 
 // StatePool is the hybrid linear-attention state pool rules.
@@ -141,6 +162,16 @@ type PerfSpec struct {
 	// batch's tokens.
 	KVParallelBatch int     `yaml:"kv_parallel_batch"`
 	NoGraphStepMS   float64 `yaml:"no_cuda_graph_step_ms"`
+	// NoOverlapStepMS is the scheduler's CPU work per step (batch
+	// scheduling, radix-cache operations, processing the last step's
+	// outputs), by running batch, that the overlap scheduler runs while
+	// the GPU computes the next step: with --disable-overlap-schedule
+	// every decode and prefill step pays it. SGLang v0.4's overlap
+	// ("zero-overhead batch scheduler") is worth 1.1x throughput and an
+	// unoptimised engine "can spend as much as half of its time on CPU
+	// overhead" (https://lmsys.org/blog/2024-12-04-sglang-v0-4/). Empty:
+	// the overlap scheduler changes no step time.
+	NoOverlapStepMS Table   `yaml:"no_overlap_step_ms"`
 	QueueOverheadMS float64 `yaml:"queue_overhead_ms"` // per step while requests wait (x EP factor)
 	FrontendMS      float64 `yaml:"frontend_ms"`       // tokenizer/HTTP latency, does not block the GPU
 	PrefillBaseMS   float64 `yaml:"prefill_base_ms"`
@@ -163,8 +194,10 @@ type FaultRule struct {
 	// When maps a fact name (tp_size, ep_size, disable_radix_cache,
 	// disable_cuda_graph, disable_overlap_schedule, state_slots,
 	// mem_fraction_static, speculative_algorithm, speculative_num_steps,
-	// enable_dp_attention, chunked_prefill_size, max_running_requests) to a
-	// condition: a scalar for equality, or a map of eq/ne/lt/le/gt/ge/in.
+	// enable_dp_attention, chunked_prefill_size, cuda_graph_max_bs,
+	// max_running_requests; see Plan.Facts) to a condition: a scalar for
+	// equality, or a map of eq/ne/lt/le/gt/ge/in. The running-request
+	// effects count the requests of one DP replica.
 	When   map[string]any `yaml:"when"`
 	Effect FaultEffect    `yaml:"effect"`
 }
@@ -240,7 +273,7 @@ func (p *Profile) validate() error {
 	case p.Model.ContextLen <= 0:
 		return fmt.Errorf("model.context_len must be positive")
 	}
-	for _, t := range []Table{p.Perf.DecodeStepMS, p.Perf.EPPartialFactor, p.Spec.DraftStepCost} {
+	for _, t := range []Table{p.Perf.DecodeStepMS, p.Perf.EPPartialFactor, p.Spec.DraftStepCost, p.Perf.NoOverlapStepMS} {
 		for i := 1; i < len(t); i++ {
 			if t[i][0] <= t[i-1][0] {
 				return fmt.Errorf("table x values must increase: %v", t)
