@@ -160,21 +160,13 @@ func ComputeLandscape(ctx context.Context, st *space.Study, opt landscapeOptions
 	eng := newSimEngine(st)
 	err := parallel(ctx, opt.Workers, len(feasible), func(i int) error {
 		c := feasible[i]
-		srv, facts, err := startVirtual(ctx, eng, st.Argv(c.cfg), vopt)
-		var f *launcher.Failure
-		if errors.As(err, &f) {
-			ct := &ls.Configs[c.idx]
-			ct.Class, ct.Reason = f.Class, f.Reason
-			return nil
-		}
+		srv, facts, class, reason, err := startConfig(ctx, st, eng, st.Argv(c.cfg), vopt)
 		if err != nil {
 			return err
 		}
-		// A server whose limits the engine reduced fails the trial right
-		// after startup: it is never measured.
-		if o := search.Decide(st, nil, facts, nil, nil, nil); o.Class == search.ClassLimitsReduced {
+		if srv == nil {
 			ct := &ls.Configs[c.idx]
-			ct.Class, ct.Reason = o.Class, o.Reason
+			ct.Class, ct.Reason = class, reason
 			return nil
 		}
 		c.srv, c.facts = srv, facts
@@ -437,20 +429,13 @@ func stale(ctx context.Context, st *space.Study, ls *Landscape, profile string) 
 			}
 			continue
 		}
-		srv, facts, err := startVirtual(ctx, eng, st.Argv(cfg), virtual.Options{Profile: profile})
-		var f *launcher.Failure
-		if errors.As(err, &f) {
-			if len(ct.Values) > 0 || ct.Class != f.Class {
-				return fmt.Sprintf("%s: startup now %s, cached %s", ct.Params, f.Class, ct.Class), nil
-			}
-			continue
-		}
+		srv, facts, class, _, err := startConfig(ctx, st, eng, st.Argv(cfg), virtual.Options{Profile: profile})
 		if err != nil {
 			return "", err
 		}
-		if o := search.Decide(st, nil, facts, nil, nil, nil); o.Class == search.ClassLimitsReduced {
-			if len(ct.Values) > 0 {
-				return fmt.Sprintf("%s: now reduces its limits", ct.Params), nil
+		if srv == nil {
+			if len(ct.Values) > 0 || ct.Class != class {
+				return fmt.Sprintf("%s: startup now %s, cached %s", ct.Params, class, ct.Class), nil
 			}
 			continue
 		}
@@ -564,15 +549,11 @@ func defaultTruth(ctx context.Context, st *space.Study, ls *Landscape, profile s
 		return 0, base, nil
 	}
 	eng := newSimEngine(st)
-	srv, facts, err := startVirtual(ctx, eng, st.Argv(base.Config), virtual.Options{Profile: profile})
-	var f *launcher.Failure
-	if errors.As(err, &f) {
-		return 0, base, nil
-	}
+	srv, facts, _, _, err := startConfig(ctx, st, eng, st.Argv(base.Config), virtual.Options{Profile: profile})
 	if err != nil {
 		return 0, nil, err
 	}
-	if o := search.Decide(st, nil, facts, nil, nil, nil); o.Class == search.ClassLimitsReduced {
+	if srv == nil {
 		return 0, base, nil
 	}
 	sum := 0.0
@@ -588,4 +569,23 @@ func defaultTruth(ctx context.Context, st *space.Study, ls *Landscape, profile s
 		sum += o.Value()
 	}
 	return sum / float64(draws), base, nil
+}
+
+// startConfig starts a config's argv in virtual time as a study would
+// launch it. A startup that failed, or a server whose limits the engine
+// reduced (the trial fails right after startup, never measured), returns
+// no server and the class and reason of that failure.
+func startConfig(ctx context.Context, st *space.Study, eng simEngine, argv []string, opt virtual.Options) (srv *virtual.Server, facts engine.Facts, class, reason string, err error) {
+	srv, facts, err = startVirtual(ctx, eng, argv, opt)
+	var f *launcher.Failure
+	if errors.As(err, &f) {
+		return nil, facts, f.Class, f.Reason, nil
+	}
+	if err != nil {
+		return nil, facts, "", "", err
+	}
+	if o := search.Decide(st, nil, facts, nil, nil, nil); o.Class == search.ClassLimitsReduced {
+		return nil, facts, o.Class, o.Reason, nil
+	}
+	return srv, facts, "", "", nil
 }
