@@ -51,6 +51,9 @@ type Winner struct {
 	// Gain is the winner's pooled score over the engine default's, when
 	// the winner beat it (0 otherwise).
 	Gain float64 `json:"gain,omitempty"`
+	// Through is the last trial the declaration read: a search trial after
+	// it means the study searched on (see Holds).
+	Through int `json:"through,omitempty"`
 }
 
 // Confirmed says how the winner measured, as the commands print it:
@@ -231,61 +234,50 @@ func Pool(runs []Measurement) (pooled, spread float64) {
 	return sum / float64(len(runs)), spread
 }
 
-// topConfigs are the n complete configs measured by the search (not by
-// confirmation runs) with the best estimates (see Estimates): a config
-// measured once, far above what similar configs measured, is less likely
-// its true score than one whose family agrees. The config with the best
-// single measurement is always among them when n >= 2 (it takes the last
-// place if the estimates left it out): it heads the trial table, and only
-// measuring it again says whether it was luck.
-// The engine default is none of them: it is confirmed on its own (see
-// confirmed), and a winner is held against it.
-func topConfigs(st *space.Study, recs []Record, n int) []Record {
-	ests, _ := Estimates(st, inSpace(recs))
-	est := func(r Record) float64 {
-		if e, ok := ests[r.ConfigKey]; ok && r.State == StateComplete && r.ScoreOK {
-			return e.Score
-		}
-		return math.Inf(-1)
+// topConfigs are the first trials of the n measured configs the model
+// ranks highest (see model): a config measured once, far above what
+// similar configs measured, ranks below one whose family agrees. The
+// engine default is none of them: it is confirmed on its own, and a
+// winner is held against it.
+func topConfigs(st *space.Study, recs []Record, n int) ([]Record, error) {
+	ps, err := fitRecords(st, recs)
+	if err != nil || ps == nil {
+		return nil, err
 	}
 	var out []Record
-	seen := map[string]bool{}
-	cands := slices.Clone(recs)
-	slices.SortStableFunc(cands, func(a, b Record) int {
-		return cmpFloat(est(b), est(a))
-	})
-	for _, rec := range cands {
+	for _, c := range ps.ranked() {
 		if len(out) == n {
 			break
 		}
-		if rec.State != StateComplete || !rec.ScoreOK || rec.ConfirmOf != nil || rec.Baseline || seen[rec.ConfigKey] {
-			continue
+		if !c.first.Baseline {
+			out = append(out, c.first)
 		}
-		seen[rec.ConfigKey] = true
-		out = append(out, rec)
 	}
-	searched := slices.DeleteFunc(searchTrials(recs), func(r Record) bool { return r.Baseline })
-	if b, ok := Best(searched); ok && n >= 2 && !seen[b.ConfigKey] {
-		if len(out) == n {
-			out = out[:n-1]
-		}
-		out = append(out, b)
+	return out, nil
+}
+
+// fitRecords fits the model to a study's records (nil when no config met
+// the SLO).
+func fitRecords(st *space.Study, recs []Record) (*posterior, error) {
+	m, err := newModel(st, false)
+	if err != nil {
+		return nil, err
 	}
-	return out
+	return m.fit(recs)
 }
 
 // flagCount is how many engine flags a trial's config sets beyond the
 // study's fixed ones and the model's: the settings it changes from the
 // engine's defaults.
-func (r *runner) flagCount(rec Record) int {
+func flagCount(st *space.Study, rec Record) int {
 	n := 0
 	for _, f := range rec.Flags() {
 		if strings.HasPrefix(f, "-") && (len(f) < 2 || f[1] < '0' || f[1] > '9') {
 			n++
 		}
 	}
-	base := len(r.st.Fixed) + 1 // the fixed flags and the model flag
-	if r.st.ServedModelName != "" {
+	base := len(st.Fixed) + 1 // the fixed flags and the model flag
+	if st.ServedModelName != "" {
 		base++
 	}
 	return max(n-base, 0)
@@ -307,7 +299,10 @@ func (r *runner) confirm(ctx context.Context, groups [][]int) error {
 		}
 		return err
 	}
-	top := topConfigs(r.st, recs, k)
+	top, err := topConfigs(r.st, recs, k)
+	if err != nil {
+		return err
+	}
 	if base, ok := BaselineOf(recs); ok && base.State == StateComplete && base.ScoreOK {
 		// The engine default is measured again beside them: the winner
 		// is held against its pooled runs.
@@ -360,7 +355,11 @@ func (r *runner) confirm(ctx context.Context, groups [][]int) error {
 		}
 		return err
 	}
-	return r.declareWinner(top)
+	among := map[string]bool{}
+	for _, rec := range top {
+		among[rec.ConfigKey] = true
+	}
+	return r.declare(among)
 }
 
 // unfinished counts the trials matching of that still run or wait to run,
@@ -449,37 +448,114 @@ func (r *runner) announceConfirmations(top []Record) error {
 	return nil
 }
 
-// declareWinner pools each confirmed config's runs and stores the winner.
-func (r *runner) declareWinner(top []Record) error {
+// declareOnce declares the winner once no trial of the study runs or
+// waits in another process: the last process to finish declares, on every
+// run.
+func (r *runner) declareOnce() error {
+	busy, _, err := r.unfinished(func(Record) bool { return true })
+	if err != nil || busy > 0 {
+		return err
+	}
+	return r.declare(nil)
+}
+
+// declare stores the winner DeclareFrom names over the study's records;
+// among, when not nil, holds the config keys it may name (the confirmed
+// ones).
+func (r *runner) declare(among map[string]bool) error {
 	recs, err := Records(r.store, r.st.Name)
 	if err != nil {
 		return err
 	}
-	var cands []Candidate
-	var base *Candidate
-	for _, orig := range top {
-		c := Candidate{Trial: orig.Number, Flags: r.flagCount(orig), Runs: []Measurement{runScore(orig)}}
-		for _, rec := range recs {
-			if rec.ConfirmOf != nil && *rec.ConfirmOf == orig.Number && RanToEnd(rec.State) {
-				c.Runs = append(c.Runs, runScore(rec))
-			}
-		}
-		c.Pooled, c.Spread = Pool(c.Runs)
-		if orig.Baseline {
-			base = &c
-			continue
-		}
-		cands = append(cands, c)
-	}
-	w, ok := DeclareAgainst(cands, base)
-	if !ok {
-		return nil
+	w, ok, err := declareAmong(r.st, recs, among)
+	if err != nil || !ok {
+		return err
 	}
 	if err := r.setStudyJSON(storage.AttrWinner, "the winner", w); err != nil {
 		return err
 	}
 	r.emit(Event{Kind: EventNote, Trial: -1, Text: fmt.Sprintf("winner: trial %d: %s", w.Trial, w.Reason)})
 	return nil
+}
+
+// DeclareFrom declares a study's winner from its records: the model's
+// incumbent (the measured config with the highest posterior mean), with
+// every run of it pooled, held against the engine default's runs (see
+// DeclareAgainst). It is a function of the records alone, so what a study
+// declares after any number of launches is what a study with that budget
+// declares. ok is false when no config met the SLO.
+func DeclareFrom(st *space.Study, recs []Record) (w Winner, ok bool, err error) {
+	return declareAmong(st, recs, nil)
+}
+
+// declareAmong is DeclareFrom with the incumbent taken among the config
+// keys in among (nil: all).
+func declareAmong(st *space.Study, recs []Record, among map[string]bool) (w Winner, ok bool, err error) {
+	ps, err := fitRecords(st, recs)
+	if err != nil {
+		return Winner{}, false, err
+	}
+	var base *Candidate
+	b, hasBase := BaselineOf(recs)
+	if hasBase && b.State == StateComplete && b.ScoreOK {
+		c := candidateOf(st, b.ConfigKey, recs)
+		base = &c
+	}
+	var cands []Candidate
+	var ranked []*measuredConfig
+	lead := ""
+	if ps != nil {
+		ranked = ps.ranked()
+		if among != nil {
+			ranked = slices.DeleteFunc(ranked, func(c *measuredConfig) bool { return !among[c.key] })
+		}
+	}
+	if len(ranked) > 0 {
+		inc := ranked[0]
+		if base == nil || inc.key != b.ConfigKey {
+			c := candidateOf(st, inc.key, recs)
+			cands = append(cands, c)
+			lead = fmt.Sprintf("highest estimated score: pooled %.1f over %d run(s), estimated %.1f from them and %d similar config(s)",
+				c.Pooled, len(c.Runs), math.Exp(ps.estimate(inc)), len(ranked)-1)
+			if len(ranked) > 1 {
+				lead += fmt.Sprintf("; the next, trial %d, estimated %.1f", ranked[1].first.Number, math.Exp(ps.estimate(ranked[1])))
+			}
+		}
+	}
+	w, ok = DeclareAgainst(cands, base)
+	for _, rec := range recs {
+		w.Through = max(w.Through, rec.Number)
+	}
+	if ok && lead != "" && !w.DefaultAsGood {
+		if i := strings.Index(w.Reason, "; it beats the engine default"); i >= 0 {
+			lead += w.Reason[i:]
+		}
+		w.Reason = lead
+	}
+	return w, ok, nil
+}
+
+// candidateOf pools every run of the config with key.
+func candidateOf(st *space.Study, key string, recs []Record) Candidate {
+	c := Candidate{Trial: -1, Runs: candidateRuns(key, recs)}
+	for _, rec := range recs {
+		if rec.ConfigKey == key && RanToEnd(rec.State) && c.Trial < 0 {
+			c.Trial, c.Flags = rec.Number, flagCount(st, rec)
+		}
+	}
+	c.Pooled, c.Spread = Pool(c.Runs)
+	return c
+}
+
+// candidateRuns are the runs of the config with key that ran to the end.
+func candidateRuns(key string, recs []Record) []Measurement {
+	var runs []Measurement
+	for _, rec := range recs {
+		if rec.ConfigKey == key && RanToEnd(rec.State) {
+			runs = append(runs, runScore(rec))
+		}
+	}
+	return runs
 }
 
 // ReadWinner returns the winner a study declared (ok false when it has not
@@ -528,7 +604,7 @@ func ReadWinner(st StudyStore, study string) (Winner, bool, error) {
 // study resumed with a larger budget searches on and declares again; until
 // then the best trial stands, as before the first declaration).
 func (w Winner) Holds(recs []Record) bool {
-	last := w.Trial
+	last := max(w.Trial, w.Through)
 	for _, c := range append([]Candidate{{Runs: w.Runs}}, w.Candidates...) {
 		for _, m := range c.Runs {
 			last = max(last, m.Trial)

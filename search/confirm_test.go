@@ -27,7 +27,6 @@ params:
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &runner{st: st}
 	for _, tc := range []struct {
 		eager, pc bool
 		want      int
@@ -45,7 +44,7 @@ params:
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := r.flagCount(Record{Config: b}); got != tc.want {
+		if got := flagCount(st, Record{Config: b}); got != tc.want {
 			t.Errorf("eager=%v pc=%v: %d flags changed (%v); want %d", tc.eager, tc.pc, got, cfg.Flags, tc.want)
 		}
 	}

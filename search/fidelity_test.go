@@ -1,7 +1,6 @@
 package search
 
 import (
-	"slices"
 	"strings"
 	"testing"
 
@@ -31,103 +30,6 @@ func TestPruneReason(t *testing.T) {
 		got := pruneReason(tc.rule, 16, tc.mine, tc.refs)
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
-		}
-	}
-}
-
-// A pair of values becomes a crash region once two launched configs with
-// it failed, none succeeded, and for one of the failures every other
-// explanation of one or two values is refuted by a success.
-func TestCrashRegion(t *testing.T) {
-	st, _, _ := openFake(t, "- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}",
-		"- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}\n  - {name: radix, type: bool, values: {false: --disable-radix-cache}}")
-	rec := func(n int, state, class string, ep string, radix bool, slots int) Record {
-		return Record{Number: n, State: state, FailureClass: class, Params: map[string]any{"ep": ep, "radix": radix, "slots": slots}}
-	}
-	sparse := []Record{
-		rec(1, StateFailed, "illegal_memory_access", "1", false, 64),
-		rec(4, StateFailed, "crashed", "1", false, 256),
-		rec(5, StateComplete, "", "4", false, 256),
-		rec(6, StateComplete, "", "1", true, 128),
-		rec(7, StateFailed, "startup_timeout", "1", false, 384), // not a recurring class
-	}
-	// Successes with 64 slots (with ep=1, and without the radix cache)
-	// leave ep=1 with radix off the only explanation of trial 1.
-	crashes := append(slices.Clone(sparse),
-		rec(8, StateComplete, "", "1", true, 64),
-		rec(9, StateComplete, "", "4", false, 64))
-	tests := []struct {
-		name string
-		recs []Record
-		p    space.Params
-		want string
-	}{
-		{"in the pair region", crashes, space.Params{"ep": "1", "radix": false, "slots": 448},
-			"crash region: every launched config with ep=1, radix=false failed (trials 1, 4: crashed, illegal_memory_access) and none succeeded"},
-		{"another explanation left: nothing with 64 slots succeeded", sparse, space.Params{"ep": "1", "radix": false, "slots": 448}, ""},
-		{"outside: ep 4 succeeded without radix", crashes, space.Params{"ep": "4", "radix": false, "slots": 448}, ""},
-		{"outside: radix on", crashes, space.Params{"ep": "1", "radix": true, "slots": 448}, ""},
-		{"one crash is not a region", crashes[1:], space.Params{"ep": "1", "radix": false, "slots": 448}, ""},
-		{"a success inside undoes it", append(slices.Clone(crashes), rec(10, StatePruned, "", "1", false, 512)), space.Params{"ep": "1", "radix": false, "slots": 448}, ""},
-	}
-	for _, tc := range tests {
-		if got := crashRegion(st, tc.recs, tc.p); got != tc.want {
-			t.Errorf("%s:\n got %q\nwant %q", tc.name, got, tc.want)
-		}
-	}
-}
-
-// Failures of two causes do not establish the values they merely share
-// (bench-search's GLM study, where the best config runs without the radix
-// cache and with CUDA graphs). No overlap scheduler crashes three configs
-// that differ in every other param; ep=1 with radix off crashes three
-// more, two of them with graphs on. While no success has radix off with
-// graphs on, that pair explains trials 1 and 2 as well as ep=1 with radix
-// off does, so neither is ruled out (the sampler's soft covers steer away
-// meanwhile); once one such config runs, ep=1 with radix off is the only
-// explanation left and becomes a region. Each failure is explained once:
-// trial 4 (ep=1, radix off, no overlap) counts for the region taken first.
-func TestCrashRegionSoleCause(t *testing.T) {
-	st, _, _ := openFake(t, "- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}",
-		"- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}\n  - {name: radix, type: bool, values: {false: --disable-radix-cache}}\n  - {name: graphs, type: bool, values: {false: --disable-cuda-graph}}\n  - {name: overlap, type: bool, values: {false: --disable-overlap-schedule}}")
-	rec := func(n int, state string, ep string, radix, graphs, overlap bool, slots int) Record {
-		class := ""
-		if state == StateFailed {
-			class = "illegal_memory_access"
-		}
-		return Record{Number: n, State: state, FailureClass: class,
-			Params: map[string]any{"ep": ep, "radix": radix, "graphs": graphs, "overlap": overlap, "slots": slots}}
-	}
-	causes := []Record{
-		rec(1, StateFailed, "1", false, true, true, 64),
-		rec(2, StateFailed, "1", false, true, true, 128),
-		rec(3, StateFailed, "4", true, true, false, 192),
-		rec(4, StateFailed, "1", false, false, false, 256),
-		rec(5, StateFailed, "4", false, false, false, 320),
-		rec(6, StateComplete, "4", true, true, true, 128),
-		rec(7, StateComplete, "4", false, false, true, 64),
-		rec(8, StateComplete, "4", true, true, true, 192),
-		rec(9, StateComplete, "1", true, true, true, 64),
-	}
-	separated := append(slices.Clone(causes), rec(10, StateComplete, "4", false, true, true, 128))
-	noOverlap := "crash region: every launched config with overlap=false failed (trials 3, 4, 5: illegal_memory_access) and none succeeded"
-	tests := []struct {
-		name string
-		recs []Record
-		p    space.Params
-		want string
-	}{
-		{"overlap off", causes, space.Params{"ep": "4", "radix": true, "graphs": true, "overlap": false, "slots": 448}, noOverlap},
-		{"not what two causes share", causes, space.Params{"ep": "4", "radix": false, "graphs": true, "overlap": true, "slots": 448}, ""},
-		{"not yet ep=1 with radix off", causes, space.Params{"ep": "1", "radix": false, "graphs": false, "overlap": true, "slots": 448}, ""},
-		{"ep=1 with radix off once separated", separated, space.Params{"ep": "1", "radix": false, "graphs": false, "overlap": true, "slots": 448},
-			"crash region: every launched config with ep=1, radix=false failed (trials 1, 2, 4: illegal_memory_access) and none succeeded"},
-		{"overlap off once separated", separated, space.Params{"ep": "4", "radix": true, "graphs": true, "overlap": false, "slots": 448}, noOverlap},
-		{"ep=1 with radix on stays open", separated, space.Params{"ep": "1", "radix": true, "graphs": true, "overlap": true, "slots": 448}, ""},
-	}
-	for _, tc := range tests {
-		if got := crashRegion(st, tc.recs, tc.p); got != tc.want {
-			t.Errorf("%s:\n got %q\nwant %q", tc.name, got, tc.want)
 		}
 	}
 }

@@ -65,7 +65,7 @@ func Check(st *space.Study, getenv func(string) string) Preflight {
 	// and log directory written): one that cannot be built is refused
 	// here, where check sees it too.
 	var err error
-	if _, p.grid, err = newSampler(st, nil, nil, nil, nil); err != nil {
+	if _, p.grid, err = newSampler(st, nil, nil); err != nil {
 		p.Invalid = append(p.Invalid, fmt.Errorf("%s: budget.sampler: %w", st.Path, err))
 	}
 	if p.Survey.Enumerated {

@@ -106,15 +106,15 @@ type runner struct {
 	backend Backend
 	study   *goptuna.Study
 	learned *predictor
-	// ts is the enumerated space of the "bayes" sampler, built on first
+	// model is the "bayes" sampler's model of the space, built on first
 	// use.
-	ts     *tsSpace
-	tsErr  error
-	tsOnce sync.Once
-	owner  string // host:pid, stored with every trial this process runs
-	host   string
-	apiKey string
-	uid    string // the study's random id, part of every server's tag
+	model     *model
+	modelErr  error
+	modelOnce sync.Once
+	owner     string // host:pid, stored with every trial this process runs
+	host      string
+	apiKey    string
+	uid       string // the study's random id, part of every server's tag
 	// containers is the container runtime's client (engine.container),
 	// made on first use; see containerClient.
 	containers *container.Client
@@ -235,8 +235,12 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	}
 	// The winner is declared once the search is over: its budget spent or
 	// its space exhausted, not cut short by Ctrl-C, an error or the timeout.
-	if err == nil && ctx.Err() == nil && !r.timedOut() && r.st.Budget.Confirm > 0 {
-		err = r.confirm(ctx, groups)
+	if err == nil && ctx.Err() == nil && !r.timedOut() {
+		if r.st.Budget.Confirm > 0 {
+			err = r.confirm(ctx, groups)
+		} else {
+			err = r.declareOnce()
+		}
 	}
 	return r.summarize(ctx, err)
 }
@@ -322,7 +326,7 @@ func atATime(n int) string {
 // open builds the sampler, loads or creates the stored study, records what
 // it is and, with Slurm, connects the backend.
 func (r *runner) open(ctx context.Context, target objective.Target) error {
-	smp, points, err := newSampler(r.st, r.grid, r.repeated, r.neighbour, r.thompson)
+	smp, points, err := newSampler(r.st, r.grid, r.repeated)
 	r.gridSize, r.grid = len(points), nil
 	if err != nil {
 		return errext.Bad(fmt.Errorf("%s: budget.sampler: %w", r.st.Path, err))
@@ -647,17 +651,17 @@ func (r *runner) exhausted() (bool, error) {
 	return len(seen) >= r.spaceSize || (r.gridSize > 0 && proposed >= r.gridSize), nil
 }
 
-func (r *runner) skipped() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.skips
-}
-
 // repeated reports whether the last proposal repeated a known config.
 func (r *runner) repeated() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.repeats > 0
+}
+
+func (r *runner) skipped() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.skips
 }
 
 // waiting counts the trials queued to be re-run.

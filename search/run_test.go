@@ -947,7 +947,10 @@ func TestConfirmingEventCountsQueuedRuns(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			top := topConfigs(confirming, recs, 2)
+			top, err := topConfigs(confirming, recs, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if len(top) != 2 {
 				t.Fatalf("top configs %v", top)
 			}

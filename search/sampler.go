@@ -16,12 +16,11 @@ import (
 // newSampler builds the sampler a study names (budget.sampler), seeded by
 // budget.seed, and returns the grid's points for the grid (else nil):
 // points, when not nil, are the study's GridPoints already built (by the
-// preflight), so a run lists its space once. Draws are keyed by trial
-// number inside the sampler, so a resumed study with the same stored
-// trials proposes what it would have. repeated tells whether the last
-// proposal repeated a known config (see escape). thompson proposes every
-// trial of the "bayes" sampler (see tsSpace).
-func newSampler(st *space.Study, points []map[string]float64, repeated func() bool, neighbour, thompson func(trialNumber int) (map[string]float64, error)) (goptuna.Sampler, []map[string]float64, error) {
+// preflight), so a run lists its space once. The model ("bayes") chooses
+// its proposals before a trial samples (see runner.propose) and hands them
+// over as the trial's fixed params; where it has none, the trial draws at
+// random.
+func newSampler(st *space.Study, points []map[string]float64, repeated func() bool) (goptuna.Sampler, []map[string]float64, error) {
 	opts := []sampler.Option{sampler.WithClassifier(classify)}
 	if st.Budget.Sampler != "grid" {
 		points = nil
@@ -42,35 +41,22 @@ func newSampler(st *space.Study, points []map[string]float64, repeated func() bo
 	}
 	name := st.Budget.Sampler
 	if name == "bayes" {
-		name = "random" // where Thompson sampling has no proposal
+		name = "random" // where the model has no proposal
 	}
 	s, err := sampler.New(name, st.Budget.Seed, opts...)
 	if err != nil {
 		return nil, nil, err
 	}
-	if st.Budget.Sampler == "bayes" && thompson != nil {
-		s = &local{model: s, all: true, next: func(t goptuna.FrozenTrial) (map[string]float64, error) { return thompson(t.Number) }}
-	}
-	if ourModel[st.Budget.Sampler] && neighbour != nil {
-		s = &local{model: s, next: func(t goptuna.FrozenTrial) (map[string]float64, error) { return neighbour(t.Number) }}
-	}
-	if st.Budget.Sampler != "grid" && st.Budget.Sampler != "random" {
+	if name == "tpe" {
 		s = escape{model: s, random: sampler.NewRandom(st.Budget.Seed), repeated: repeated}
 	}
 	return fixedFirst{s}, points, nil
 }
 
-// ourModel are the model samplers that interleave local moves (see local).
-var ourModel = map[string]bool{"tpe": true, "tpe-univariate": true}
-
-// escape hands the next trial to the random sampler when the last proposal
-// repeated a config already measured, running or known bad. A model
-// sampler is not told anything by such a proposal (a duplicate is not a
-// new observation), and over a small discrete space its choice is mostly
-// the same argmax whatever its draws: without the escape it would propose
-// the same config until the study gave up (seen on studies of a few
-// hundred configs). Random draws are keyed by trial number, so each
-// escape lands elsewhere.
+// escape hands TPE's next trial to the random sampler when its last
+// proposal repeated a known config: a duplicate teaches TPE nothing, and
+// over a small discrete space its argmax stays where it was until the
+// study gives up.
 type escape struct {
 	model, random goptuna.Sampler
 	repeated      func() bool
@@ -84,10 +70,9 @@ func (e escape) Sample(study *goptuna.Study, trial goptuna.FrozenTrial, name str
 	return e.model.Sample(study, trial, name, dist)
 }
 
-// classify tells the samplers how sgtune's trials teach: a measured config
-// with its value; failed, crashed, infeasible and pruned configs as the
-// worst (their region is avoided); running ones as pending (the constant
-// liar pushes concurrent asks apart); duplicates (their original is
+// classify tells the baseline samplers how sgtune's trials teach: a
+// measured config with its value; failed, crashed, infeasible and pruned
+// configs as the worst; running ones as pending; duplicates (their original is
 // already observed), an engine default outside the space (see
 // Record.InSpace), interrupted and queued trials not at all.
 func classify(t goptuna.FrozenTrial) (float64, sampler.ObsKind) {
@@ -217,4 +202,61 @@ func (f fixedFirst) Sample(study *goptuna.Study, trial goptuna.FrozenTrial, name
 		}
 	}
 	return f.next.Sample(study, trial, name, dist)
+}
+
+// propose asks the model (sampler "bayes") for a new trial t: another run
+// of a measured config (race: t takes that config, as a racing run of its
+// first trial, counted in the budget) or a new config, stored as the
+// trial's fixed params for the sampler to hand over. Other samplers
+// propose through goptuna.
+func (r *runner) propose(t *trialRun, trial *goptuna.Trial) (race bool, err error) {
+	if r.st.Budget.Sampler != "bayes" {
+		return false, nil
+	}
+	r.modelOnce.Do(func() { r.model, r.modelErr = newModel(r.st, true) })
+	if r.modelErr != nil {
+		return false, fmt.Errorf("sampler bayes: %w", r.modelErr)
+	}
+	recs, err := Records(r.store, r.st.Name)
+	if err != nil {
+		return false, err
+	}
+	known, busy := map[string]bool{}, map[string]bool{}
+	for _, rec := range recs {
+		if rec.ConfigKey == "" || rec.Number == t.number {
+			continue
+		}
+		known[rec.ConfigKey] = true
+		busy[rec.ConfigKey] = busy[rec.ConfigKey] || rec.State == StateRunning || rec.State == StateWaiting
+	}
+	open := func(p space.Params) bool {
+		cfg, err := r.st.Resolve(p, r.learned)
+		return err == nil && !known[configKey(cfg)] && len(r.st.Check(cfg)) == 0
+	}
+	pr, err := r.model.propose(recs, r.st.Budget.Seed, t.number, known, busy, open)
+	if err != nil {
+		return false, err
+	}
+	if pr.rerun != nil {
+		if err := r.store.SetTrialSystemAttr(t.id, storage.AttrConfirmOf, strconv.Itoa(*pr.rerun)); err != nil {
+			return false, fmt.Errorf("mark the racing run of trial %d: %w", *pr.rerun, err)
+		}
+		t.confirmOf = pr.rerun
+		ok, err := r.rerun(t, *pr.rerun)
+		if err == nil && !ok {
+			err = fmt.Errorf("trial %d stored no params to race", *pr.rerun)
+		}
+		return ok, err
+	}
+	if pr.params == nil {
+		return false, nil // nothing left to the model: a random draw
+	}
+	js, err := json.Marshal(pr.params)
+	if err != nil {
+		return false, err
+	}
+	if err := r.store.SetTrialSystemAttr(t.id, storage.AttrFixedParams, string(js)); err != nil {
+		return false, fmt.Errorf("store the proposal: %w", err)
+	}
+	return false, nil
 }

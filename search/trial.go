@@ -80,8 +80,10 @@ func (r *runner) trial(ctx context.Context, gpus []int) (err error) {
 	if skip, err := r.claimConfig(t); err != nil || skip {
 		return err
 	}
-	if t.confirmOf != nil {
-		return r.launch(ctx, t, gpus) // confirmation runs are outside the budget
+	if r.confirming {
+		// The post-search confirmation (budget.confirm) is outside the
+		// budget; racing runs during the search are not.
+		return r.launch(ctx, t, gpus)
 	}
 	// The launch is counted against the budget atomically, across every
 	// process on the study.
@@ -201,6 +203,12 @@ func (r *runner) ask() (*trialRun, error) {
 				return t, nil
 			}
 		}
+	} else if race, err := r.propose(t, trial); err != nil || race {
+		if err != nil {
+			t.stopBeat()
+			return nil, r.abandonID(id, fmt.Errorf("trial %d: %w", t.number, err))
+		}
+		return t, nil
 	} else if err := trial.CallRelativeSampler(); err != nil {
 		// A queued trial takes its stored params (rerun, else
 		// fixed_params); only a new trial asks the relative sampler.
@@ -363,13 +371,6 @@ func (r *runner) screen(t *trialRun) (skip bool, err error) {
 		// A re-run, a confirmation run or the engine default is launched
 		// as it is.
 		return false, nil
-	}
-	recs, err := Records(r.store, r.st.Name)
-	if err != nil {
-		return false, err
-	}
-	if why := crashRegion(r.st, inSpace(recs), t.cfg.Params); why != "" {
-		return true, r.skip(t, StateInfeasible, ClassCrashRegion, why, nil)
 	}
 	prev, ok, err := r.sameConfig(t.id, configKey(t.cfg))
 	if err != nil || !ok {

@@ -32,18 +32,16 @@ var (
 	DefaultJSONRequests = 24
 	DefaultToolRequests = 8
 	DefaultTrials       = 20
-	DefaultSampler      = "tpe"
+	DefaultSampler      = "bayes"
 	// Multi-fidelity: prune a trial whose early level reaches less than
 	// this fraction of the best complete trial's at that level, once this
 	// many complete trials measured it.
 	DefaultPruneFraction    = 0.5
 	DefaultPruneMinComplete = 3
-	// DefaultConfirm top configs are measured again before a winner is
-	// declared.
-	DefaultConfirm        = 3
+	// DefaultConfirm: no configs are measured again after the search; the
+	// default sampler races its contenders inside the budget instead.
+	DefaultConfirm        = 0
 	DefaultStartupTimeout = 20 * time.Minute
-	// MaxBayesConfigs bounds the space sampler bayes enumerates.
-	MaxBayesConfigs = 200000
 	// MaxGridConfigs bounds the space sampler grid lists before its first
 	// trial. It holds every config in memory (about 250 MB, built in 2s, at
 	// a million configs of four params) and launches them one per trial: a
@@ -51,11 +49,10 @@ var (
 	// a mistake in the steps, not a plan.
 	MaxGridConfigs = 1000000
 	// Samplers are the values budget.sampler accepts (search/sampler's
-	// names and the search's own bayes; a test keeps the lists equal): tpe
-	// (ours), bayes (Thompson sampling over a finite space, ours),
-	// tpe-univariate, random, grid (the space in order, a baseline) and
-	// goptuna-tpe (goptuna's own, a baseline).
-	Samplers = []string{"bayes", "goptuna-tpe", "grid", "random", "tpe", "tpe-univariate"}
+	// names and the search's own bayes; a test keeps the lists equal):
+	// bayes (the search's model, the default), and the baselines random,
+	// grid (the space in order) and tpe (goptuna's TPE).
+	Samplers = []string{"bayes", "grid", "random", "tpe"}
 )
 
 // Load reads and validates a study file. Every problem is reported as
@@ -1633,22 +1630,15 @@ func (d *dec) budget(st *Study, top *mapNode) {
 	if m.str("sampler", &b.Sampler) && !slices.Contains(Samplers, b.Sampler) {
 		m.failKey("sampler", "%q; valid: %s", b.Sampler, strings.Join(Samplers, ", "))
 	}
-	// Thompson sampling scores every config of the space, and the grid
-	// proposes each in turn: both enumerate it, so its size is bounded
-	// (counted from the params, before anything is listed). Refused here,
-	// a file that run cannot search is refused by check too, before
-	// anything is written.
-	_, finite := st.Bound()
-	switch {
-	case (b.Sampler == "bayes" || b.Sampler == "grid") && !finite:
-		m.failKey("sampler", `%q needs a finite space: give every float param a step, or use tpe (%s)`, b.Sampler, continuous(st))
-	case b.Sampler == "bayes":
-		if n, over := st.Over(MaxBayesConfigs); over {
-			m.failKey("sampler", `"bayes" scores every config, and the space has more than %d (up to %.0f); use tpe`, MaxBayesConfigs, n)
-		}
-	case b.Sampler == "grid":
-		if n, over := st.Over(MaxGridConfigs); over {
-			m.failKey("sampler", `"grid" lists every config before its first trial, and the space has more than %d (up to %.0f); use coarser steps or fewer choices%s, or sampler tpe or random`,
+	// The grid proposes each config in turn: it lists the space, so its
+	// size is bounded (counted from the params, before anything is
+	// listed). Refused here, a file that run cannot search is refused by
+	// check too, before anything is written.
+	if b.Sampler == "grid" {
+		if _, finite := st.Bound(); !finite {
+			m.failKey("sampler", `"grid" needs a finite space: give every float param a step, or use bayes (%s)`, continuous(st))
+		} else if n, over := st.Over(MaxGridConfigs); over {
+			m.failKey("sampler", `"grid" lists every config before its first trial, and the space has more than %d (up to %.0f); use coarser steps or fewer choices%s, or sampler bayes or random`,
 				MaxGridConfigs, n, mostValues(st))
 		}
 	}

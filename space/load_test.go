@@ -262,18 +262,16 @@ func TestLoadErrorTable(t *testing.T) {
 		{"when hint", base + "params:\n  - {name: ab, type: bool, values: {false: --disable-radix-cache}}\n  - {name: s, type: bool, values: {false: --disable-cuda-graph}, when: abc}\n",
 			`params[s].when: unknown name abc in "abc" (did you mean ab?); valid: ab, gpus_per_trial (earlier params only)`},
 		{"duration text", base + "launch: {startup_timeout: soon}\n", `launch.startup_timeout: "soon" is not a duration`},
-		{"sampler", base + "budget: {sampler: cmaes}\n", `budget.sampler: "cmaes"; valid: bayes, goptuna-tpe, grid, random, tpe, tpe-univariate`},
-		{"bayes continuous", base + "params:\n  - {name: m, type: float, low: 0.7, high: 0.9, flag: --mem-fraction-static}\nbudget: {sampler: bayes}\n",
-			`budget.sampler: "bayes" needs a finite space: give every float param a step, or use tpe`},
+		{"sampler", base + "budget: {sampler: cmaes}\n", `budget.sampler: "cmaes"; valid: bayes, grid, random, tpe`},
 		{"grid continuous", base + "params:\n  - {name: m, type: float, low: 0.7, high: 0.9, flag: --mem-fraction-static}\n  - {name: t, type: float, low: 0.1, high: 0.5, log: true, flag: --schedule-conservativeness}\nbudget: {sampler: grid}\n",
-			`t.yaml:9:19: budget.sampler: "grid" needs a finite space: give every float param a step, or use tpe (m and t have no step)`},
+			`t.yaml:9:19: budget.sampler: "grid" needs a finite space: give every float param a step, or use bayes (m and t have no step)`},
 		// The grid's size is counted from the params before anything is
 		// listed: check and run printed nothing while they built a
 		// billion points and ran out of memory.
 		{"grid huge", base + "params:\n  - {name: mf, type: float, low: 0.5, high: 0.95, step: 0.001, flag: --mem-fraction-static}\n" +
 			"  - {name: sc, type: float, low: 0.1, high: 1.5, step: 0.001, flag: --schedule-conservativeness}\n" +
 			"  - {name: cp, type: int, low: 512, high: 16384, step: 16, flag: --chunked-prefill-size}\nbudget: {sampler: grid}\n",
-			`t.yaml:10:19: budget.sampler: "grid" lists every config before its first trial, and the space has more than 1000000 (up to 627428043); use coarser steps or fewer choices (sc has 1401 values, cp 993, mf 451), or sampler tpe or random`},
+			`t.yaml:10:19: budget.sampler: "grid" lists every config before its first trial, and the space has more than 1000000 (up to 627428043); use coarser steps or fewer choices (sc has 1401 values, cp 993, mf 451), or sampler bayes or random`},
 		// Where Bound is over only through when: params, the configs are
 		// counted: 1 + 1000 × 1000 here (see TestOverCountsConditional for
 		// one under the cap).
@@ -282,12 +280,10 @@ func TestLoadErrorTable(t *testing.T) {
 			`t.yaml:9:19: budget.sampler: "grid" lists every config before its first trial, and the space has more than 1000000 (up to 1002001)`},
 		// One float's 400 million values are counted, not listed (over 6 GB).
 		{"grid fine step", base + "params:\n  - {name: mf, type: float, low: 0.1, high: 0.9, step: 0.000000002, flag: --mem-fraction-static}\nbudget: {sampler: grid}\n",
-			`t.yaml:8:19: budget.sampler: "grid" lists every config before its first trial, and the space has more than 1000000 (up to 400000001); use coarser steps or fewer choices (mf has 400000001 values), or sampler tpe or random`},
+			`t.yaml:8:19: budget.sampler: "grid" lists every config before its first trial, and the space has more than 1000000 (up to 400000001); use coarser steps or fewer choices (mf has 400000001 values), or sampler bayes or random`},
 		// The count of a range with high below low is 0, not a panic.
 		{"float low > high with a step", base + "params:\n  - {name: mf, type: float, low: 0.9, high: 0.1, step: 0.1, flag: --mem-fraction-static}\n",
 			"t.yaml:7:45: params[mf].high: 0.1 is below low 0.9; valid: high >= low"},
-		{"bayes huge", base + "params:\n  - {name: a, type: int, low: 1, high: 1000, flag: --max-running-requests}\n  - {name: b, type: int, low: 1, high: 1000, flag: --cuda-graph-max-bs}\nbudget: {sampler: bayes}\n",
-			`budget.sampler: "bayes" scores every config, and the space has more than 200000 (up to 1000000); use tpe`},
 		{"trials", base + "budget: {trials: 0}\n", "budget.trials: 0; valid: an integer >= 1"},
 		{"parallel", base + "budget: {parallel: 3}\n", "budget.parallel: 3; valid: 1..1"},
 		{"limits", base + "on_limits_reduced: warn\n", `on_limits_reduced: "warn"; valid: reject (default) or accept`},
@@ -495,7 +491,7 @@ func TestLoadDefaults(t *testing.T) {
 	if st.Score.Metric != "output_tok_s" || st.Score.Concurrency != 64 {
 		t.Errorf("score defaults: %+v", st.Score)
 	}
-	if st.Budget.Trials != 20 || st.Budget.Sampler != "tpe" || st.Budget.Parallel != 1 {
+	if st.Budget.Trials != 20 || st.Budget.Sampler != "bayes" || st.Budget.Confirm != 0 || st.Budget.Parallel != 1 {
 		t.Errorf("budget defaults: %+v", st.Budget)
 	}
 	if st.Launch.StartupTimeout != 20*time.Minute || st.Launch.OnStale != "retry" {

@@ -72,7 +72,7 @@ type Engine struct {
 type Budget struct {
 	Trials   int
 	Timeout  time.Duration
-	Sampler  string // tpe (default) | bayes | tpe-univariate | random | grid | goptuna-tpe
+	Sampler  string // bayes (default) | random | grid | tpe
 	Seed     int64
 	Parallel int
 	// Prune stops a trial whose cheap early levels already show it cannot

@@ -47,6 +47,7 @@ func TestMedianCI(t *testing.T) {
 // study measured afresh gets: the reuse changes no result.
 func TestLadderReuseIsExact(t *testing.T) {
 	st := loadSmall(t)
+	st.Budget.Confirm = 2 // a study that confirms after its search runs the ladder
 	ls, err := ComputeLandscape(t.Context(), st, landscapeOptions{Profile: "glm-5.3-flash-h200x4", Draws: 2, Workers: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +86,41 @@ func TestLadderReuseIsExact(t *testing.T) {
 	}
 	if fresh.Launches <= 8 {
 		t.Errorf("%d launches for budget 8: the confirmation runs are not counted", fresh.Launches)
+	}
+}
+
+// A study whose launches all count in its budget declares after L
+// launches of a longer run what the same study with budget L declares:
+// the anytime scoring is the budget's own run.
+func TestAnytimeIsTheBudgetsRun(t *testing.T) {
+	st := loadSmall(t)
+	st.Budget.Confirm, st.Budget.Parallel = 0, 1
+	ls, err := ComputeLandscape(t.Context(), st, landscapeOptions{Profile: "glm-5.3-flash-h200x4", Draws: 2, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre := search.Check(st, func(string) string { return "" })
+	pre.Host = nil
+	c := &comparison{Study: st, Profile: "glm-5.3-flash-h200x4", Landscape: ls, Seeds: 1, Budget: 10, NoiseCV: 0.12, Workers: 1, Preflight: &pre,
+		Backend: &virtualBackend{profile: "glm-5.3-flash-h200x4", noiseCV: 0.12, eng: newSimEngine(st)}}
+	index := landscapeIndex(t, c)
+	best := ls.Configs[ls.Best].Mean
+	m := method{Name: "ours", Sampler: "bayes"}
+	rungs, _, err := c.anytime(t.Context(), m, 4, index, best)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rungs) != 10 {
+		t.Fatalf("%d rungs, want one per launch of 10", len(rungs))
+	}
+	for _, budget := range []int{3, 6, 9} {
+		own, _, err := c.study(t.Context(), m, 4, budget, &memo{runs: map[uint64]*memoRun{}}, index, best)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rungs[budget-1]; got.Truth != own.Truth || own.Launches != budget {
+			t.Errorf("budget %d: anytime declared %.3f after %d launches; the budget's own run %.3f after %d", budget, got.Truth, got.Launches, own.Truth, own.Launches)
+		}
 	}
 }
 

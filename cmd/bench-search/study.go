@@ -14,6 +14,7 @@ import (
 	"github.com/sgtune/sgtune/launcher"
 	"github.com/sgtune/sgtune/objective"
 	"github.com/sgtune/sgtune/search"
+	"github.com/sgtune/sgtune/space"
 	"github.com/sgtune/sgtune/storage"
 )
 
@@ -197,11 +198,7 @@ func (r *replayed) Stop(context.Context) (*launcher.Failure, error) { return r.m
 func (c *comparison) study(ctx context.Context, m method, seed, budget int, mem *memo, index map[string]int, best float64) (rung, []search.Record, error) {
 	ls := c.Landscape
 	r := rung{Budget: budget}
-	st := *c.Study
-	if m.Sampler != "" {
-		st.Budget.Sampler = m.Sampler
-	}
-	st.Budget.Seed, st.Budget.Trials, st.Budget.Timeout = int64(seed), budget, 0
+	st := c.studyOf(m, seed, budget)
 	dir, err := os.MkdirTemp(scratch(), "bench-search-")
 	if err != nil {
 		return r, nil, err
@@ -235,13 +232,59 @@ func (c *comparison) study(ctx context.Context, m method, seed, budget int, mem 
 		}
 	}
 	if sum.Best != nil {
-		if idx, ok := index[strings.Join(sum.Best.Flags(), " ")]; ok {
-			r.Truth = ls.Configs[idx].Mean / best
-		} else if c.DefaultTruth > 0 {
-			r.Truth = c.DefaultTruth / best
-		}
+		r.Truth = c.truth(*sum.Best, index, best)
 	}
 	return r, sum.Records, nil
+}
+
+// studyOf is the study as the method runs it at one seed and budget.
+func (c *comparison) studyOf(m method, seed, budget int) space.Study {
+	st := *c.Study
+	if m.Sampler != "" {
+		st.Budget.Sampler = m.Sampler
+	}
+	st.Budget.Seed, st.Budget.Trials, st.Budget.Timeout = int64(seed), budget, 0
+	return st
+}
+
+// truth is a declared trial's true score over the best (the engine
+// default's where it lies outside the space).
+func (c *comparison) truth(rec search.Record, index map[string]int, best float64) float64 {
+	if idx, ok := index[strings.Join(rec.Flags(), " ")]; ok {
+		return c.Landscape.Configs[idx].Mean / best
+	}
+	return c.DefaultTruth / best
+}
+
+// anytime scores a study whose every launch counts in its budget (no
+// confirmation after the search) and whose proposals do not read the
+// budget: it runs once at the full budget, and after each launch L scores
+// the winner search.DeclareFrom names over the trials so far, which is
+// what the same study with budget L declares (TestAnytimeIsTheBudgetsRun).
+func (c *comparison) anytime(ctx context.Context, m method, seed int, index map[string]int, best float64) ([]rung, []search.Record, error) {
+	full, recs, err := c.study(ctx, m, seed, c.Budget, &memo{runs: map[uint64]*memoRun{}}, index, best)
+	if err != nil {
+		return nil, nil, err
+	}
+	st := c.studyOf(m, seed, c.Budget)
+	var rungs []rung
+	for i, rec := range recs {
+		if !search.RanToEnd(rec.State) {
+			continue
+		}
+		r := rung{Budget: len(rungs) + 1, Launches: len(rungs) + 1, Crash: full.Crash, Infeasible: full.Infeasible}
+		w, ok, err := search.DeclareFrom(&st, recs[:i+1])
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, d := range recs[:i+1] {
+			if ok && d.Number == w.Trial {
+				r.Truth = c.truth(d, index, best)
+			}
+		}
+		rungs = append(rungs, r)
+	}
+	return rungs, recs, nil
 }
 
 // scratch is where the studies' stores go: memory where the machine has a

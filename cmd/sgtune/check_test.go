@@ -94,8 +94,8 @@ func TestCheckBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{bad}, "bad.yaml:4:9: fixed.--mem-fraction-statc: unknown flag --mem-fraction-statc (did you mean --mem-fraction-static?)"},
-		{[]string{grid}, `grid.yaml:5:19: budget.sampler: "grid" needs a finite space: give every float param a step, or use tpe (m has no step)`},
-		{[]string{huge}, `huge.yaml:6:19: budget.sampler: "grid" lists every config before its first trial, and the space has more than 1000000 (up to 1001000); use coarser steps or fewer choices (m has 1001 values, r 1000), or sampler tpe or random`},
+		{[]string{grid}, `grid.yaml:5:19: budget.sampler: "grid" needs a finite space: give every float param a step, or use bayes (m has no step)`},
+		{[]string{huge}, `huge.yaml:6:19: budget.sampler: "grid" lists every config before its first trial, and the space has more than 1000000 (up to 1001000); use coarser steps or fewer choices (m has 1001 values, r 1000), or sampler bayes or random`},
 		{[]string{two}, "two.yaml:4:1: a second YAML document starts here; a study file holds one document"},
 		{[]string{"../../testdata/studies/bad/wrong-type.yaml"}, "wrong-type.yaml:7:14: gpus.per_trial"},
 		{[]string{filepath.Join(dir, "missing.yaml")}, "no such file"},

@@ -13,12 +13,6 @@ import (
 
 // builders are the samplers New knows, by name.
 var builders = map[string]func(seed int64, opts []Option) (goptuna.Sampler, error){
-	"tpe": func(seed int64, opts []Option) (goptuna.Sampler, error) {
-		return NewTPE(seed, append([]Option{WithMultivariate(true)}, opts...)...)
-	},
-	"tpe-univariate": func(seed int64, opts []Option) (goptuna.Sampler, error) {
-		return NewTPE(seed, append([]Option{WithMultivariate(false)}, opts...)...)
-	},
 	"random": func(seed int64, _ []Option) (goptuna.Sampler, error) {
 		return NewRandom(seed), nil
 	},
@@ -32,7 +26,7 @@ var builders = map[string]func(seed int64, opts []Option) (goptuna.Sampler, erro
 		}
 		return NewGrid(cfg.gridPoints, seed, opts...)
 	},
-	"goptuna-tpe": func(seed int64, opts []Option) (goptuna.Sampler, error) {
+	"tpe": func(seed int64, opts []Option) (goptuna.Sampler, error) {
 		cfg := defaultConfig()
 		for _, o := range opts {
 			o(&cfg)
@@ -55,18 +49,12 @@ func Names() []string {
 	return names
 }
 
-// New builds a sampler by name: "tpe" (the default, also for ""; TPE
-// with WithMultivariate: params that only pay off together, such as radix
-// off with ep=4, are modelled jointly), "tpe-univariate" (one Parzen
-// estimator per param, Optuna's default), "random", "grid" (needs
-// WithGridPoints) or "goptuna-tpe" (goptuna v0.9.0's own TPE behind the
-// same start-up draws as ours, kept as a baseline; its draws come from the
-// process-global math/rand, so it is not reproducible unless the program
-// seeds that source). Options that do not concern the sampler are ignored.
+// New builds a sampler by name: "random", "grid" (needs WithGridPoints) or
+// "tpe" (goptuna v0.9.0's TPE behind seeded start-up draws, a baseline;
+// its own draws come from the process-global math/rand, so it is not
+// reproducible unless the program seeds that source). Options that do not
+// concern the sampler are ignored.
 func New(name string, seed int64, opts ...Option) (goptuna.Sampler, error) {
-	if name == "" {
-		name = "tpe"
-	}
 	b, ok := builders[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown sampler %q (valid: %s)", name, strings.Join(Names(), ", "))
@@ -90,11 +78,11 @@ func (s *startupSampler) Sample(study *goptuna.Study, trial goptuna.FrozenTrial,
 	if err != nil {
 		return 0, err
 	}
-	obs, _, err := observe(study, trial, s.cfg.classify)
+	all, with, err := finished(study, trial, name, s.cfg.classify)
 	if err != nil {
 		return 0, err
 	}
-	if countFinished(obs) < s.cfg.startup || countFinished(paramObs(p, obs)) == 0 {
+	if all < s.cfg.startup || with == 0 {
 		return s.random.Sample(study, trial, name, dist)
 	}
 	v, err := s.model.Sample(study, trial, name, dist)

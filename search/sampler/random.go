@@ -1,6 +1,8 @@
 package sampler
 
 import (
+	"math/rand/v2"
+
 	"github.com/c-bata/goptuna"
 )
 
@@ -28,4 +30,13 @@ func (s *Random) Sample(_ *goptuna.Study, trial goptuna.FrozenTrial, name string
 		return p.low, nil
 	}
 	return uniformValue(drawRNG(s.seed, trial.Number, name, "random"), p), nil
+}
+
+// uniformValue draws a value of p uniformly (a log param uniformly in its
+// log; a discrete one among its values).
+func uniformValue(rng *rand.Rand, p param) float64 {
+	if p.discrete() {
+		return p.value(rng.IntN(p.count()))
+	}
+	return p.untransform(p.lo + rng.Float64()*(p.hi-p.lo))
 }

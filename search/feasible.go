@@ -1,0 +1,243 @@
+package search
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/sgtune/sgtune/space"
+)
+
+// Feasibility: the search's one model of which configs start and survive
+// the workload. A config crashes when it has every literal of a rule, a
+// conjunction of one to three literals: a discrete param's value (ep=1,
+// radix_cache=false), or a number at or above a value (mem_fraction >=
+// 0.93: memory runs out above an edge, so a config that crashed there
+// blames the values above it, not those below). The rules a study's
+// failures establish are drawn as a weighted set cover: each failure that
+// recurs (deterministicClasses) must match a rule, no config that ran may
+// match one, and a rule costs -log of its prior (longer rules are rarer),
+// jittered per draw; rules are taken greedily by cost per failure newly
+// explained (Occam: one value shared by three crashes explains them better
+// than three pairs). A proposal draws crashDraws covers and weighs each
+// config by the share of them it escapes: a single cover blames one value
+// at random among those a crash had, and the next proposal would repeat
+// the crash with another. Nothing is ruled out for good: a config every
+// cover blames keeps crashFloor of a chance, so an early explanation can
+// still be tested when nothing else is worth more.
+var crashRulePrior = [...]float64{1: 0.1, 2: 0.01, 3: 0.003}
+
+// crashSilentPrior is the prior of a rule of one value that passes the
+// engine no flag (CUDA graphs on, radix cache on): what every deployment
+// runs rarely crashes by itself.
+const crashSilentPrior = 0.002
+
+const (
+	crashDraws  = 8
+	crashFloor  = 0.3
+	crashJitter = 0.3
+	// maxRegionValues: an int param with more values is a number to the
+	// models (a quadratic, thresholds), not one-hot values.
+	maxRegionValues = 16
+)
+
+// literal is one condition on a param: its value is value, or, with
+// atLeast, a number at least value.
+type literal struct {
+	name    string
+	value   string
+	atLeast bool
+}
+
+// in reports whether params meet the literal.
+func (l literal) in(params map[string]any) bool {
+	v, ok := params[l.name]
+	if !ok {
+		return false
+	}
+	if !l.atLeast {
+		return fmt.Sprint(v) == l.value
+	}
+	x, ok := space.Number(v)
+	t, err := strconv.ParseFloat(l.value, 64)
+	return ok && err == nil && x >= t
+}
+
+// literalsOf returns a config's values of the named params, in their order.
+func literalsOf(params map[string]any, names []string) []literal {
+	var out []literal
+	for _, n := range names {
+		if v, ok := params[n]; ok {
+			out = append(out, literal{name: n, value: fmt.Sprint(v)})
+		}
+	}
+	return out
+}
+
+// regionParam reports whether a param is one-hot to the models: a
+// categorical, a bool, or an int with few values.
+func regionParam(par space.Param) bool {
+	switch par.Type {
+	case "categorical", "bool":
+		return true
+	case "int":
+		return par.Step > 0 && (par.High-par.Low)/par.Step+1 <= maxRegionValues
+	}
+	return false
+}
+
+// feasibility is a proposal's crash covers.
+type feasibility struct {
+	covers [][][]literal
+}
+
+type crashRule struct {
+	rule    []literal
+	cost    float64 // -log prior, before jitter
+	explain []int   // the failures it matches
+}
+
+// newFeasibility draws crashDraws covers of recs' failures; names are the
+// one-hot params, silent their values that pass no flag.
+func newFeasibility(st *space.Study, recs []Record, names []string, silent map[literal]bool, rng *rand.Rand) feasibility {
+	var ran []Record
+	var failed [][]literal
+	for _, r := range recs {
+		switch {
+		case r.State == StateComplete || r.State == StatePruned:
+			ran = append(ran, r)
+		case r.State == StateFailed && deterministicClasses[r.FailureClass] && r.InSpace():
+			failed = append(failed, conditions(st, r.Params, names))
+		}
+	}
+	var cands []crashRule
+	byKey := map[string]int{}
+	for i, lits := range failed {
+		for _, rule := range subsets(lits) {
+			k := fmt.Sprint(rule)
+			j, seen := byKey[k]
+			if !seen {
+				j = -1
+				if !refuted(rule, ran) {
+					prior := crashRulePrior[len(rule)]
+					if len(rule) == 1 && silent[rule[0]] {
+						prior = crashSilentPrior
+					}
+					j = len(cands)
+					cands = append(cands, crashRule{rule: rule, cost: -math.Log(prior)})
+				}
+				byKey[k] = j
+			}
+			if j >= 0 {
+				cands[j].explain = append(cands[j].explain, i)
+			}
+		}
+	}
+	var f feasibility
+	for range crashDraws {
+		f.covers = append(f.covers, drawCover(cands, len(failed), rng))
+	}
+	return f
+}
+
+// conditions are the literals a failed config offers as causes: its
+// discrete values, and each number at or above its value.
+func conditions(st *space.Study, params map[string]any, names []string) []literal {
+	out := literalsOf(params, names)
+	for _, par := range st.Params {
+		if regionParam(par) {
+			continue
+		}
+		if x, ok := space.Number(params[par.Name]); ok {
+			out = append(out, literal{name: par.Name, value: strconv.FormatFloat(x, 'g', -1, 64), atLeast: true})
+		}
+	}
+	return out
+}
+
+// refuted reports whether a config that ran meets every literal of rule.
+func refuted(rule []literal, ran []Record) bool {
+	for _, r := range ran {
+		if matches(r.Params, rule) {
+			return true
+		}
+	}
+	return false
+}
+
+// drawCover draws one cover: every rule's cost jittered, then rules taken
+// greedily by jittered cost per failure newly explained.
+func drawCover(cands []crashRule, failures int, rng *rand.Rand) [][]literal {
+	cost := make([]float64, len(cands))
+	for j, c := range cands {
+		cost[j] = c.cost * math.Exp(crashJitter*rng.NormFloat64())
+	}
+	var rules [][]literal
+	explained := make([]bool, failures)
+	for {
+		best, bestRate := -1, math.Inf(1)
+		for j, c := range cands {
+			n := 0
+			for _, i := range c.explain {
+				if !explained[i] {
+					n++
+				}
+			}
+			if n > 0 && cost[j]/float64(n) < bestRate {
+				best, bestRate = j, cost[j]/float64(n)
+			}
+		}
+		if best < 0 {
+			return rules
+		}
+		for _, i := range cands[best].explain {
+			explained[i] = true
+		}
+		rules = append(rules, cands[best].rule)
+	}
+}
+
+// logRuns is the log of a config's chance to run: the share of the covers
+// none of whose rules it meets, floored by crashFloor.
+func (f feasibility) logRuns(params map[string]any) float64 {
+	runs := 0
+	for _, rules := range f.covers {
+		hit := false
+		for _, rule := range rules {
+			if matches(params, rule) {
+				hit = true
+				break
+			}
+		}
+		if !hit {
+			runs++
+		}
+	}
+	return math.Log((float64(runs) + crashFloor) / (crashDraws + crashFloor))
+}
+
+// matches reports whether params meet every literal of ls.
+func matches(params map[string]any, ls []literal) bool {
+	for _, l := range ls {
+		if !l.in(params) {
+			return false
+		}
+	}
+	return true
+}
+
+// subsets returns the conjunctions of one to three of lits, in order.
+func subsets(lits []literal) [][]literal {
+	var out [][]literal
+	for i := range lits {
+		out = append(out, []literal{lits[i]})
+		for j := i + 1; j < len(lits); j++ {
+			out = append(out, []literal{lits[i], lits[j]})
+			for k := j + 1; k < len(lits); k++ {
+				out = append(out, []literal{lits[i], lits[j], lits[k]})
+			}
+		}
+	}
+	return out
+}

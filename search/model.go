@@ -1,0 +1,744 @@
+package search
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sgtune/sgtune/space"
+)
+
+// The search's one model (budget.sampler "bayes", the default). It both
+// proposes and declares:
+//
+//   - Score: a Bayesian linear model of a run's log score: one-hot main
+//     effects of the discrete params' values, every pairwise product of two
+//     values (with CUDA graphs off, speculative settings behave otherwise
+//     than with them on, and main effects alone put a mediocre family
+//     first), a quadratic in each number, and an effect of each measured
+//     config of its own (what its params do not explain), plus per-run
+//     noise. The noise of a run is the larger of its repeats' spread and
+//     the spread between runs of one config the study has measured: on a
+//     real machine launches disagree more than repeats inside one launch.
+//   - Feasibility: the crash covers of feasible.go, one weight per config.
+//   - The incumbent: the measured config with the highest posterior mean.
+//     It is what the study declares at any moment, whatever its budget.
+//   - Proposals: Thompson sampling (Russo et al., "A Tutorial on Thompson
+//     Sampling", 2018, §7): one draw of the coefficients, each config the
+//     study does not know scored by its drawn log score plus the log of its
+//     chance to run. The draw is tempered (tsTemper of the posterior's
+//     spread): over thousands of candidates the argmax of a full-width draw
+//     lands on whichever combination the data know least.
+//   - Racing (see race): a measured challenger whose lead over the
+//     incumbent is worth more than a tie's resolution in expectation runs
+//     again against it, inside the budget: runs go to the configs the model
+//     cannot yet tell apart, in place of a fixed confirmation of the top
+//     configs after the search.
+//
+// A finite space of up to maxListed configs is listed once (the engine's
+// static rules drop what they reject); a larger one draws poolSize configs
+// per proposal.
+
+// Prior standard deviations (log-score units).
+const (
+	tsMainSD   = 0.7
+	tsPairSD   = 0.2
+	tsNumSD    = 1.0
+	tsConfigSD = 0.1
+	tsTemper   = 0.35
+	maxListed  = 200000
+	poolSize   = 4096
+)
+
+// model is the study's space with each value's feature.
+type model struct {
+	st    *space.Study
+	names []string // the one-hot params (see regionParam)
+	nums  []tsNumeric
+	// feature ids: one-hot values, numbers (x, then x² next to it), pairs.
+	values map[literal]int
+	silent map[literal]bool
+	pairs  map[[2]int]int
+	nfeat  int
+	cands  []tsCand // the listed space; nil: drawn per proposal
+
+	mu sync.Mutex // pairs grow as configs are seen
+}
+
+type tsNumeric struct {
+	name      string
+	low, high float64
+	log       bool
+	feat      int
+}
+
+// tsCand is one config the model scores.
+type tsCand struct {
+	params   space.Params
+	internal map[string]float64
+	key      string
+	feats    []int
+	xs       []float64
+}
+
+// newModel builds st's model; with list, it lists the space when it is
+// small enough (proposals need it; fitting does not).
+func newModel(st *space.Study, list bool) (*model, error) {
+	m := &model{st: st, values: map[literal]int{}, silent: map[literal]bool{}, pairs: map[[2]int]int{}}
+	for i := range st.Params {
+		par := &st.Params[i]
+		if !regionParam(*par) {
+			m.nums = append(m.nums, tsNumeric{name: par.Name, low: par.Low, high: par.High, log: par.Log})
+			continue
+		}
+		m.names = append(m.names, par.Name)
+		for _, v := range domainValues(*par) {
+			l := literal{name: par.Name, value: v}
+			m.values[l] = m.nfeat
+			m.nfeat++
+			if par.Silent(v) {
+				m.silent[l] = true
+			}
+		}
+	}
+	for i := range m.nums {
+		m.nums[i].feat = m.nfeat
+		m.nfeat += 2
+	}
+	if _, finite := st.Bound(); !finite || !list {
+		return m, nil
+	}
+	if _, over := st.Over(maxListed); over {
+		return m, nil
+	}
+	var err error
+	st.Enumerate(func(p space.Params) bool {
+		var c tsCand
+		var ok bool
+		if c, ok, err = m.cand(p); ok {
+			m.cands = append(m.cands, c)
+		}
+		return err == nil
+	})
+	if err == nil && len(m.cands) == 0 {
+		err = errors.New("every config of the space is rejected by the engine's rules")
+	}
+	return m, err
+}
+
+// domainValues lists a one-hot param's values as text.
+func domainValues(par space.Param) []string {
+	switch par.Type {
+	case "bool":
+		return []string{"true", "false"}
+	case "int":
+		var out []string
+		for v := par.Low; v <= par.High; v += par.Step {
+			out = append(out, fmt.Sprint(int(v)))
+		}
+		return out
+	}
+	return par.Choices
+}
+
+// cand makes a candidate of p; ok is false when the engine's static rules
+// reject it.
+func (m *model) cand(p space.Params) (tsCand, bool, error) {
+	cfg, err := m.st.Resolve(p, nil)
+	if err != nil || len(m.st.Check(cfg)) > 0 {
+		return tsCand{}, false, nil
+	}
+	rec := &recorder{params: p, internal: map[string]float64{}}
+	if _, err := m.st.Suggest(rec); err != nil {
+		return tsCand{}, false, err
+	}
+	c := tsCand{params: p, internal: rec.internal, key: configKey(cfg)}
+	c.feats, c.xs = m.row(p)
+	return c, true, nil
+}
+
+// row returns a config's features and their values (the one-hot and pair
+// features at 1), adding the pairs it is the first to have.
+func (m *model) row(p map[string]any) ([]int, []float64) {
+	var one []int
+	for _, l := range literalsOf(p, m.names) {
+		if f, ok := m.values[l]; ok {
+			one = append(one, f)
+		}
+	}
+	slices.Sort(one)
+	feats := slices.Clone(one)
+	xs := make([]float64, len(one))
+	for i := range xs {
+		xs[i] = 1
+	}
+	m.mu.Lock()
+	for i := range one {
+		for j := i + 1; j < len(one); j++ {
+			k := [2]int{one[i], one[j]}
+			f, ok := m.pairs[k]
+			if !ok {
+				f = m.nfeat
+				m.pairs[k] = f
+				m.nfeat++
+			}
+			feats, xs = append(feats, f), append(xs, 1)
+		}
+	}
+	m.mu.Unlock()
+	for _, n := range m.nums {
+		v, ok := space.Number(p[n.name])
+		if !ok || n.high <= n.low {
+			continue
+		}
+		lo, hi := n.low, n.high
+		if n.log && lo > 0 && v > 0 {
+			lo, hi, v = math.Log(lo), math.Log(hi), math.Log(v)
+		}
+		x := 2*(v-lo)/(hi-lo) - 1
+		feats, xs = append(feats, n.feat, n.feat+1), append(xs, x, x*x)
+	}
+	return feats, xs
+}
+
+// priorSD is the prior standard deviation of feature f.
+func (m *model) priorSD(f int) float64 {
+	for _, n := range m.nums {
+		if f == n.feat || f == n.feat+1 {
+			return tsNumSD
+		}
+	}
+	if f < len(m.values) {
+		return tsMainSD
+	}
+	return tsPairSD
+}
+
+// posterior is the model fitted to a study's runs. Its coefficients are
+// those of the features some run has, one per measured config, and the
+// intercept (last); a feature no run has keeps its prior.
+type posterior struct {
+	m     *model
+	index map[int]int    // feature -> coefficient
+	conf  map[string]int // config key -> coefficient of its own effect
+	mean  *mat.VecDense
+	chol  mat.Cholesky
+	// measured configs: first complete trial, runs, and params.
+	configs map[string]*measuredConfig
+	prior   map[int]float64 // the last draw of the features no run has
+}
+
+type measuredConfig struct {
+	// pruned: stopped after a cheap level; its score is the one that
+	// level predicts (see prunedScore), and it is never the incumbent.
+	pruned bool
+	key    string
+	first  Record
+	runs   int
+	feats  []int
+	xs     []float64
+	scores []float64 // log scores of its runs
+}
+
+// fit fits the model to recs' runs that met the SLO (nil when none did).
+func (m *model) fit(recs []Record) (*posterior, error) {
+	ps := &posterior{m: m, index: map[int]int{}, conf: map[string]int{}, configs: map[string]*measuredConfig{}}
+	type obs struct {
+		c *measuredConfig
+		y float64
+		v float64
+	}
+	var runs []obs
+	var keys []string
+	var ratios map[int][]float64 // read on the first pruned trial
+	for _, r := range recs {
+		if r.ConfigKey == "" || !r.InSpace() {
+			continue
+		}
+		y, ok, pruned := 0.0, false, r.State == StatePruned
+		switch {
+		case r.State == StateComplete && r.ScoreOK && r.Score != nil && *r.Score > 0:
+			y, ok = math.Log(*r.Score), true
+		case pruned:
+			if ratios == nil {
+				ratios = scorePerTokS(recs)
+			}
+			y, ok = prunedScore(r, ratios)
+		}
+		if !ok {
+			continue
+		}
+		c := ps.configs[r.ConfigKey]
+		if c == nil {
+			c = &measuredConfig{key: r.ConfigKey, first: r, pruned: pruned}
+			c.feats, c.xs = m.row(r.Params)
+			ps.configs[r.ConfigKey] = c
+			keys = append(keys, r.ConfigKey)
+		}
+		if r.Number < c.first.Number {
+			c.first = r
+		}
+		c.runs++
+		if !pruned {
+			c.scores = append(c.scores, y)
+		}
+		runs = append(runs, obs{c, y, noiseVar(m.st, r)})
+	}
+	if len(runs) == 0 {
+		return nil, nil
+	}
+	within := withinVar(ps.configs)
+	for _, k := range keys {
+		for _, f := range ps.configs[k].feats {
+			if _, ok := ps.index[f]; !ok {
+				ps.index[f] = len(ps.index)
+			}
+		}
+	}
+	for _, k := range keys {
+		ps.conf[k] = len(ps.index) + len(ps.conf)
+	}
+	p := len(ps.index) + len(ps.conf) + 1
+	prec := mat.NewSymDense(p, nil)
+	b := make([]float64, p)
+	for f, i := range ps.index {
+		sd := m.priorSD(f)
+		prec.SetSym(i, i, 1/(sd*sd))
+	}
+	for _, i := range ps.conf {
+		prec.SetSym(i, i, 1/(tsConfigSD*tsConfigSD))
+	}
+	mean := 0.0
+	for _, o := range runs {
+		mean += o.y / float64(len(runs))
+	}
+	prec.SetSym(p-1, p-1, 1.0/100)
+	b[p-1] = mean / 100
+	for _, o := range runs {
+		w := 1 / math.Max(o.v, within)
+		idx, xs := ps.cols(o.c)
+		for a, i := range idx {
+			b[i] += w * xs[a] * o.y
+			for c, j := range idx {
+				if j >= i {
+					prec.SetSym(i, j, prec.At(i, j)+w*xs[a]*xs[c])
+				}
+			}
+		}
+	}
+	if !ps.chol.Factorize(prec) {
+		return nil, errors.New("bayes: posterior precision is not positive definite")
+	}
+	ps.mean = mat.NewVecDense(p, nil)
+	if err := ps.chol.SolveVecTo(ps.mean, mat.NewVecDense(p, b)); err != nil {
+		return nil, fmt.Errorf("bayes: posterior mean: %w", err)
+	}
+	return ps, nil
+}
+
+// withinVar is the variance of one run's log score about its config's
+// mean, pooled over the configs measured more than once (0 with fewer
+// than two degrees of freedom).
+func withinVar(configs map[string]*measuredConfig) float64 {
+	ss, df := 0.0, 0
+	for _, c := range configs {
+		if len(c.scores) < 2 {
+			continue
+		}
+		mu := 0.0
+		for _, y := range c.scores {
+			mu += y / float64(len(c.scores))
+		}
+		for _, y := range c.scores {
+			ss += (y - mu) * (y - mu)
+		}
+		df += len(c.scores) - 1
+	}
+	if df < 2 {
+		return 0
+	}
+	return ss / float64(df)
+}
+
+// cols returns a measured config's coefficients and their values: its
+// features, its own effect and the intercept.
+func (ps *posterior) cols(c *measuredConfig) ([]int, []float64) {
+	idx := make([]int, 0, len(c.feats)+2)
+	xs := make([]float64, 0, len(c.feats)+2)
+	for a, f := range c.feats {
+		idx, xs = append(idx, ps.index[f]), append(xs, c.xs[a])
+	}
+	idx = append(idx, ps.conf[c.key], len(ps.index)+len(ps.conf))
+	return idx, append(xs, 1, 1)
+}
+
+// estimate is a measured config's posterior mean log score.
+func (ps *posterior) estimate(c *measuredConfig) float64 {
+	idx, xs := ps.cols(c)
+	v := 0.0
+	for a, i := range idx {
+		v += xs[a] * ps.mean.AtVec(i)
+	}
+	return v
+}
+
+// incumbent is the measured config with the highest posterior mean (the
+// earlier first trial on a tie).
+func (ps *posterior) incumbent() *measuredConfig {
+	var best *measuredConfig
+	bestV := math.Inf(-1)
+	for _, c := range ps.configs {
+		if c.pruned {
+			continue
+		}
+		v := ps.estimate(c)
+		if best == nil || v > bestV || (v == bestV && c.first.Number < best.first.Number) {
+			best, bestV = c, v
+		}
+	}
+	return best
+}
+
+// ranked returns the measured configs by posterior mean, best first.
+func (ps *posterior) ranked() []*measuredConfig {
+	out := make([]*measuredConfig, 0, len(ps.configs))
+	est := map[string]float64{}
+	for k, c := range ps.configs {
+		if c.pruned {
+			continue
+		}
+		out = append(out, c)
+		est[k] = ps.estimate(c)
+	}
+	slices.SortFunc(out, func(a, b *measuredConfig) int {
+		if est[a.key] != est[b.key] {
+			return cmpFloat(est[b.key], est[a.key])
+		}
+		return a.first.Number - b.first.Number
+	})
+	return out
+}
+
+// draw returns one tempered coefficient draw; the features no run has are
+// drawn from their priors into ps.prior.
+func (ps *posterior) draw(rng *rand.Rand) ([]float64, error) {
+	p := ps.mean.Len()
+	z := make([]float64, p)
+	for i := range z {
+		z[i] = rng.NormFloat64()
+	}
+	// theta = mean + temper L^-T z, with precision = L L^T: its covariance
+	// is the posterior's.
+	var l mat.TriDense
+	ps.chol.LTo(&l)
+	u := mat.NewVecDense(p, nil)
+	if err := u.SolveVec(l.T(), mat.NewVecDense(p, z)); err != nil {
+		return nil, fmt.Errorf("bayes: posterior draw: %w", err)
+	}
+	theta := make([]float64, p)
+	for i := range theta {
+		theta[i] = ps.mean.AtVec(i) + tsTemper*u.AtVec(i)
+	}
+	ps.m.mu.Lock()
+	n := ps.m.nfeat
+	ps.m.mu.Unlock()
+	ps.prior = map[int]float64{}
+	for f := range n {
+		if _, ok := ps.index[f]; !ok {
+			ps.prior[f] = tsTemper * ps.m.priorSD(f) * rng.NormFloat64()
+		}
+	}
+	return theta, nil
+}
+
+// value is an unmeasured config's log score under draw theta (its own
+// effect at its prior mean, 0).
+func (ps *posterior) value(theta []float64, feats []int, xs []float64) float64 {
+	v := theta[len(theta)-1]
+	for a, f := range feats {
+		if i, ok := ps.index[f]; ok {
+			v += xs[a] * theta[i]
+		} else {
+			v += xs[a] * ps.prior[f]
+		}
+	}
+	return v
+}
+
+// proposal is what the model asks for next: a new config (params, in
+// goptuna's internal form) or another run of a measured config (rerun, its
+// first trial's number).
+type proposal struct {
+	params map[string]float64
+	rerun  *int
+}
+
+// propose returns trial number n's proposal. known are the config keys the
+// study holds (measured, failed, running or rejected: none is proposed
+// new), busy those running now (not raced); open says whether the engine's
+// rules, with what the study learned, accept a config. A zero proposal:
+// nothing is left to propose.
+func (m *model) propose(recs []Record, seed int64, n int, known, busy map[string]bool, open func(space.Params) bool) (proposal, error) {
+	rng := rand.New(rand.NewPCG(uint64(seed), uint64(n)^0x7468_6f6d_7073_6f6e))
+	cands := m.cands
+	if cands == nil {
+		var err error
+		if cands, err = m.pool(rng); err != nil {
+			return proposal{}, err
+		}
+	}
+	live := slices.DeleteFunc(slices.Clone(cands), func(c tsCand) bool { return known[c.key] })
+	closed := make([]bool, len(live))
+	// pick returns the open config with the highest value (-1: none).
+	pick := func(value func(i int) float64) (int, float64) {
+		vals := make([]float64, len(live))
+		for i := range live {
+			vals[i] = value(i)
+		}
+		for {
+			best := -1
+			for i, v := range vals {
+				if !closed[i] && (best < 0 || v > vals[best]) {
+					best = i
+				}
+			}
+			if best < 0 {
+				return -1, math.Inf(-1)
+			}
+			if open(live[best].params) {
+				return best, vals[best]
+			}
+			closed[best] = true
+		}
+	}
+	ps, err := m.fit(recs)
+	if err != nil {
+		return proposal{}, err
+	}
+	cover := newFeasibility(m.st, recs, m.names, m.silent, rng)
+	weight := make([]float64, len(live))
+	for i, c := range live {
+		weight[i] = cover.logRuns(c.params)
+	}
+	if ps == nil {
+		// Nothing measured yet: among the configs most likely to run, one
+		// at random.
+		i, _ := pick(func(i int) float64 { return weight[i] + 1e-6*rng.Float64() })
+		return at(live, i), nil
+	}
+	if race := ps.race(recs, busy); race != nil {
+		k := race.first.Number
+		return proposal{rerun: &k}, nil
+	}
+	theta, err := ps.draw(rng)
+	if err != nil {
+		return proposal{}, err
+	}
+	i, _ := pick(func(i int) float64 { return ps.value(theta, live[i].feats, live[i].xs) + weight[i] })
+	return at(live, i), nil
+}
+
+// race returns the config to run again, or nil to explore. A challenger
+// races the incumbent when declaring the incumbent instead of it is
+// expected to lose more than simplerWithin of the score (the expected
+// amount by which the challenger's mean log score exceeds the
+// incumbent's, under the posterior): the resolution at which the study
+// calls two configs a tie. The one of the pair with fewer runs runs again
+// (the incumbent on a tie). No race when the engine default measured
+// better than the incumbent (the default would be declared whatever the
+// race found), and at most one launch in raceShare races, so a pair the
+// model cannot yet separate does not take the budget from the search.
+func (ps *posterior) race(recs []Record, busy map[string]bool) *measuredConfig {
+	ranked := ps.ranked()
+	if len(ranked) < 2 {
+		return nil
+	}
+	inc := ranked[0]
+	races, launches := 0, 0
+	for _, r := range recs {
+		if RanToEnd(r.State) || r.State == StateRunning {
+			launches++
+			if r.ConfirmOf != nil {
+				races++
+			}
+		}
+	}
+	if raceShare*(races+1) > launches {
+		return nil
+	}
+	if b, ok := BaselineOf(recs); ok && b.State == StateComplete && b.ScoreOK && b.ConfigKey != inc.key {
+		if p, _ := Pool(candidateRuns(b.ConfigKey, recs)); p > math.Exp(ps.estimate(inc)) {
+			return nil
+		}
+	}
+	var rival *measuredConfig
+	worst := math.Log1p(simplerWithin)
+	for _, c := range ranked[1:] {
+		if l := ps.loss(c, inc); l > worst {
+			rival, worst = c, l
+		}
+	}
+	if rival == nil {
+		return nil
+	}
+	pair := []*measuredConfig{inc, rival}
+	if rival.runs < inc.runs {
+		pair = []*measuredConfig{rival, inc}
+	}
+	for _, c := range pair {
+		if !busy[c.key] {
+			return c
+		}
+	}
+	return nil
+}
+
+// raceShare: at most one launch in raceShare races.
+const raceShare = 4
+
+// loss is the expected amount by which config a's mean log score exceeds
+// b's under the posterior: what declaring b instead of a is expected to
+// cost.
+func (ps *posterior) loss(a, b *measuredConfig) float64 {
+	d := make([]float64, ps.mean.Len())
+	ia, xa := ps.cols(a)
+	for k, i := range ia {
+		d[i] += xa[k]
+	}
+	ib, xb := ps.cols(b)
+	for k, i := range ib {
+		d[i] -= xb[k]
+	}
+	dv := mat.NewVecDense(len(d), d)
+	var sol mat.VecDense
+	if err := ps.chol.SolveVecTo(&sol, dv); err != nil {
+		return 0
+	}
+	v := mat.Dot(dv, &sol)
+	if v <= 0 {
+		return 0
+	}
+	mu, sd := ps.estimate(a)-ps.estimate(b), math.Sqrt(v)
+	z := mu / sd
+	return mu*0.5*math.Erfc(-z/math.Sqrt2) + sd*math.Exp(-z*z/2)/math.Sqrt(2*math.Pi)
+}
+
+// at is the proposal of live[i] (none for -1).
+func at(live []tsCand, i int) proposal {
+	if i < 0 {
+		return proposal{}
+	}
+	return proposal{params: live[i].internal}
+}
+
+// pool draws poolSize configs of a space too large to list.
+func (m *model) pool(rng *rand.Rand) ([]tsCand, error) {
+	var out []tsCand
+	for range poolSize {
+		p, err := m.st.Suggest(drawer{rng})
+		if err != nil {
+			return nil, err
+		}
+		c, ok, err := m.cand(p)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// drawer is a space.Suggester drawing each value uniformly (a log param
+// uniformly in its log).
+type drawer struct{ rng *rand.Rand }
+
+// SuggestStepInt implements space.Suggester.
+func (d drawer) SuggestStepInt(_ string, low, high, step int) (int, error) {
+	return low + step*d.rng.IntN((high-low)/step+1), nil
+}
+
+// SuggestFloat implements space.Suggester.
+func (d drawer) SuggestFloat(_ string, low, high float64) (float64, error) {
+	return low + (high-low)*d.rng.Float64(), nil
+}
+
+// SuggestLogFloat implements space.Suggester.
+func (d drawer) SuggestLogFloat(_ string, low, high float64) (float64, error) {
+	return math.Exp(math.Log(low) + (math.Log(high)-math.Log(low))*d.rng.Float64()), nil
+}
+
+// SuggestDiscreteFloat implements space.Suggester.
+func (d drawer) SuggestDiscreteFloat(_ string, low, high, q float64) (float64, error) {
+	return low + q*float64(d.rng.IntN(int(math.Floor((high-low)/q+1e-9))+1)), nil
+}
+
+// SuggestCategorical implements space.Suggester.
+func (d drawer) SuggestCategorical(_ string, choices []string) (string, error) {
+	return choices[d.rng.IntN(len(choices))], nil
+}
+
+// minNoiseCV floors a run's noise: repeats within one launch agree more
+// closely than launches do.
+const minNoiseCV = 0.10
+
+// noiseVar is the variance of a run's log score: that of the mean of its
+// repeats at the scored level, from their spread, floored at minNoiseCV.
+func noiseVar(st *space.Study, rec Record) float64 {
+	floor := math.Log1p(minNoiseCV * minNoiseCV)
+	meds := rec.Medians()
+	conc := st.Score.Concurrency
+	if conc <= 0 { // the score is the highest level measured
+		for c := range meds {
+			conc = max(conc, c)
+		}
+	}
+	m := meds[conc]
+	if m.Repeats < 2 {
+		return floor
+	}
+	return math.Max(m.LogVarOutputTokS/float64(m.Repeats), floor)
+}
+
+// scorePerTokS returns, for each level, the sorted ratios of score to
+// median tok/s there of the complete trials that meet the SLO.
+func scorePerTokS(recs []Record) map[int][]float64 {
+	out := map[int][]float64{}
+	for _, o := range recs {
+		if o.State != StateComplete || !o.ScoreOK || o.Score == nil || *o.Score <= 0 {
+			continue
+		}
+		for c, m := range o.Medians() {
+			if m.OutputTokS > 0 {
+				out[c] = append(out[c], *o.Score/m.OutputTokS)
+			}
+		}
+	}
+	for _, rs := range out {
+		slices.Sort(rs)
+	}
+	return out
+}
+
+// prunedScore is the log score a pruned trial predicts from the highest
+// level it measured: its tok/s there times the median of ratios at that
+// level (see scorePerTokS; false when no complete trial measured it).
+func prunedScore(r Record, ratios map[int][]float64) (float64, bool) {
+	top, tokS := 0, 0.0
+	for c, m := range r.Medians() {
+		if c > top && m.OutputTokS > 0 {
+			top, tokS = c, m.OutputTokS
+		}
+	}
+	rs := ratios[top]
+	if top == 0 || len(rs) == 0 {
+		return 0, false
+	}
+	return math.Log(tokS * rs[len(rs)/2]), true
+}
