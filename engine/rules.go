@@ -73,8 +73,8 @@ type Prediction struct {
 	KVTokensErr int `json:"kv_tokens_err,omitempty"`
 	// KVSource says where KVTokens came from: observed, fitted, hint.
 	KVSource string `json:"kv_source,omitempty"`
-	// KVTokensNeeded is what the workload needs at its highest running
-	// concurrency: running x (prompt + max tokens); 0 when unknown.
+	// KVTokensNeeded is what one request of the workload needs: prompt +
+	// max tokens (a matrix: its smallest cell); 0 when unknown.
 	KVTokensNeeded int `json:"kv_tokens_needed,omitempty"`
 	// PromptTokens is the prompt size per request the need assumed.
 	PromptTokens int `json:"prompt_tokens,omitempty"`

@@ -469,8 +469,8 @@ func (sglangRules) Predict(v View, s Setup, l Learned) Prediction {
 		case s.Demand.Matrix:
 			p.KVTokensNeeded = s.Demand.MinContext + s.Demand.MaxOutput
 		default:
-			k := chatNeed(s, l, s.Demand.Concurrency, mr, e.attnDP)
-			p.KVTokensNeeded, p.PromptTokens = k.tokens(), k.prompt
+			p.PromptTokens = chatPrompt(s, l)
+			p.KVTokensNeeded = p.PromptTokens + s.Demand.MaxTokens
 		}
 	}
 	p.Notes = e.notes
@@ -483,26 +483,19 @@ func (sglangRules) Predict(v View, s Setup, l Learned) Prediction {
 // max_running_requests // attn_dp_size), so the running requests are split
 // the same way. running is the total across workers (capped by mr per
 // worker when known).
-type kvNeed struct {
-	running, perWorker, attnDP, prompt, maxTokens int
-	counted                                       bool // prompt is what the server counted
-}
-
-func (k kvNeed) tokens() int { return k.perWorker * (k.prompt + k.maxTokens) }
-
-func chatNeed(s Setup, l Learned, conc, mr, attnDP int) kvNeed {
-	attnDP = max(attnDP, 1)
-	running := conc
-	if mr > 0 {
-		running = min(conc, mr*attnDP)
-	}
-	k := kvNeed{running: running, perWorker: (running + attnDP - 1) / attnDP, attnDP: attnDP,
-		prompt: s.Demand.PromptTokens, maxTokens: s.Demand.MaxTokens}
-	// What the server counted (chat template included) beats the nominal size.
+// chatPrompt is a chat request's prompt tokens: what the server counted
+// (chat template included) when a startup taught it, else the nominal size.
+// With the output tokens it is what the KV pool must hold for one request:
+// the running requests beyond what the pool holds at once wait in the
+// queue (or are retracted and resumed), so a smaller pool serves the
+// workload slower, which the measurement scores, rather than not at all
+// (on the long-context landscape the best config held 80% of its running
+// requests' tokens).
+func chatPrompt(s Setup, l Learned) int {
 	if l != nil && l.PromptTokens() > 0 {
-		k.prompt, k.counted = l.PromptTokens(), true
+		return l.PromptTokens()
 	}
-	return k
+	return s.Demand.PromptTokens
 }
 
 // Observe implements Rules.
@@ -654,7 +647,7 @@ func (sglangRules) Check(v View, s Setup, p Prediction) []Rejection {
 		case perWorker > 0 && p.KVTokens/2 < perWorker && !s.AcceptReduced:
 			reject("limits_reduced", "predicted KV tokens %d // 2 = %d < %s", p.KVTokens, p.KVTokens/2, requestedText(&e))
 		case p.KVTokensNeeded > p.KVTokens:
-			reject("kv_capacity", "%s < %s", kvText(p), needText(s, p, p.MaxRunningRequests, e.attnDP, "--dp-size", "DP worker"))
+			reject("kv_capacity", "%s < %s", kvText(p), needText(s, p))
 		}
 	}
 	return out
@@ -683,24 +676,15 @@ func requestedText(e *sglangState) string {
 }
 
 // needText says why the workload needs p.KVTokensNeeded KV tokens: the
-// smallest matrix cell, or the running requests (at most limit on each of
-// workers data-parallel copies, set by dpFlag) times a request's prompt and
-// output tokens. worker names one copy ("DP worker", "engine").
-func needText(s Setup, p Prediction, limit, workers int, dpFlag, worker string) string {
+// smallest matrix cell, or one request's prompt and output tokens.
+func needText(s Setup, p Prediction) string {
 	if s.Demand.Matrix {
 		return fmt.Sprintf("%d needed by the smallest matrix cell (context %d + max_output %d)",
 			p.KVTokensNeeded, s.Demand.MinContext, s.Demand.MaxOutput)
 	}
-	k := chatNeed(s, nil, s.Demand.Concurrency, limit, workers)
-	k.prompt = p.PromptTokens
-	prompt := fmt.Sprintf("%d prompt", k.prompt)
-	if k.prompt != s.Demand.PromptTokens {
-		prompt = fmt.Sprintf("%d prompt as the server counted", k.prompt)
+	prompt := fmt.Sprintf("%d prompt", p.PromptTokens)
+	if p.PromptTokens != s.Demand.PromptTokens {
+		prompt = fmt.Sprintf("%d prompt as the server counted", p.PromptTokens)
 	}
-	if k.attnDP > 1 {
-		return fmt.Sprintf("%d needed per %s: ceil(%d running / %s %d) = %d x (%s + %d max_tokens)",
-			p.KVTokensNeeded, worker, k.running, dpFlag, k.attnDP, k.perWorker, prompt, k.maxTokens)
-	}
-	return fmt.Sprintf("%d needed: %d running x (%s + %d max_tokens)", p.KVTokensNeeded,
-		k.perWorker, prompt, k.maxTokens)
+	return fmt.Sprintf("%d needed by one request (%s + %d max_tokens)", p.KVTokensNeeded, prompt, s.Demand.MaxTokens)
 }

@@ -379,10 +379,8 @@ func (vllmRules) Predict(v View, s Setup, l Learned) Prediction {
 		case s.Demand.Matrix:
 			p.KVTokensNeeded = s.Demand.MinContext + s.Demand.MaxOutput
 		default:
-			// Each data-parallel engine has its own KV cache and takes its
-			// share of the requests.
-			k := chatNeed(s, l, s.Demand.Concurrency, e.maxSeqs, e.dp)
-			p.KVTokensNeeded, p.PromptTokens = k.tokens(), k.prompt
+			p.PromptTokens = chatPrompt(s, l)
+			p.KVTokensNeeded = p.PromptTokens + s.Demand.MaxTokens
 		}
 		if e.maxSeqs > 0 && e.maxSeqs*e.dp < s.Demand.Concurrency {
 			e.notes = append(e.notes, fmt.Sprintf("--max-num-seqs %d x %d engine(s) < concurrency %d: the rest wait in vLLM's queue",
@@ -517,7 +515,7 @@ func (vllmRules) Check(v View, s Setup, p Prediction) []Rejection {
 			// request of max_model_len must fit.
 			reject("kv_capacity", "%s < --max-model-len %d: vLLM cannot serve one request of the model's max seq len", kvText(p), e.maxModelLen)
 		case p.KVTokensNeeded > p.KVTokens+2*p.KVTokensErr:
-			reject("kv_capacity", "%s < %s", kvText(p), needText(s, p, e.maxSeqs, e.dp, "--data-parallel-size", "engine"))
+			reject("kv_capacity", "%s < %s", kvText(p), needText(s, p))
 		}
 	}
 	return out

@@ -317,8 +317,10 @@ func TestVLLMRulesCheck(t *testing.T) {
 	}
 }
 
-// TestVLLMKVCapacity: the hint predicts KV tokens in whole blocks; a
-// workload needing more, or a max_model_len above the cache, is rejected.
+// TestVLLMKVCapacity: the hint predicts KV tokens in whole blocks; a cache
+// that cannot hold one request of the workload, or one of max_model_len,
+// is rejected; one that holds fewer than the running requests is not
+// (the rest queue).
 func TestVLLMKVCapacity(t *testing.T) {
 	s := Setup{GPUsPerTrial: 1, Memory: Memory{RefKVTokens: 100_005, RefMemFraction: 0.9, PerMemFractionPoint: 10_000},
 		Demand: Demand{Concurrency: 64, PromptTokens: 1000, MaxTokens: 500}}
@@ -330,8 +332,8 @@ func TestVLLMKVCapacity(t *testing.T) {
 	}
 	v = vllmView(t, "--block-size", "32")
 	p = VLLM.Rules.Predict(v, s, nil)
-	if p.KVTokens != 100_000-100_000%32 || p.KVTokensNeeded != 64*1500 {
-		t.Errorf("prediction %+v; want 99,968 KV tokens and 96,000 needed", p)
+	if p.KVTokens != 100_000-100_000%32 || p.KVTokensNeeded != 1500 {
+		t.Errorf("prediction %+v; want 99,968 KV tokens and 1,500 needed", p)
 	}
 	if rej := VLLM.Rules.Check(v, s, p); len(rej) != 0 {
 		t.Errorf("rejected: %v", rej)
@@ -339,8 +341,14 @@ func TestVLLMKVCapacity(t *testing.T) {
 	v = vllmView(t, "--block-size", "32", "--max-num-seqs", "128")
 	s.Demand.Concurrency = 128
 	p = VLLM.Rules.Predict(v, s, nil)
-	rej := VLLM.Rules.Check(v, s, p)
-	if len(rej) != 1 || rej[0].Rule != "kv_capacity" || !strings.Contains(rej[0].Message, "192000 needed: 128 running x (1000 prompt + 500 max_tokens)") {
+	if rej := VLLM.Rules.Check(v, s, p); len(rej) != 0 {
+		t.Errorf("128 running x 1,500 tokens > 99,968 KV tokens queue, rejected: %v", rej)
+	}
+	long := s
+	long.Demand.PromptTokens = 120_000
+	p = VLLM.Rules.Predict(v, long, nil)
+	rej := VLLM.Rules.Check(v, long, p)
+	if len(rej) != 1 || rej[0].Rule != "kv_capacity" || !strings.Contains(rej[0].Message, "120500 needed by one request (120000 prompt + 500 max_tokens)") {
 		t.Errorf("rejections %v", rej)
 	}
 	v = vllmView(t, "--max-model-len", "131072", "--max-num-seqs", "1")
@@ -349,10 +357,10 @@ func TestVLLMKVCapacity(t *testing.T) {
 	if len(rej) != 1 || !strings.Contains(rej[0].Message, "--max-model-len 131072") {
 		t.Errorf("max model len: %v", rej)
 	}
-	// Two data-parallel engines each hold half the running requests.
+	// Data-parallel engines each hold a whole request too.
 	s.GPUsPerTrial = 2
 	v = vllmView(t, "-dp", "2", "--max-num-seqs", "64")
-	if p = VLLM.Rules.Predict(v, s, nil); p.KVTokensNeeded != 64*1500 {
+	if p = VLLM.Rules.Predict(v, s, nil); p.KVTokensNeeded != 1500 {
 		t.Errorf("per-engine need %d", p.KVTokensNeeded)
 	}
 	// What earlier trials taught wins over the hint, with its error.

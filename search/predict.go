@@ -2,6 +2,7 @@ package search
 
 import (
 	"math"
+	"slices"
 	"sync"
 
 	"gonum.org/v1/gonum/mat"
@@ -107,8 +108,11 @@ func (p *predictor) KV(x []float64, prior float64) (kv, stderr float64, ok bool)
 	}
 	varying := varyingColumns(xs)
 	if len(ys) < len(varying)+minFit || len(varying) == 0 {
-		if prior == 0 && len(varying) > 0 {
-			return 0, 0, false // a direct fit needs more observations than features
+		if prior == 0 && (len(varying) > 0 || !slices.Equal(xs[0], x)) {
+			// A direct fit needs more observations than features, and
+			// observations that all share one config's features say
+			// nothing of another's.
+			return 0, 0, false
 		}
 		i := nearest(xs, x, varying)
 		return prior + ys[i], 0, true

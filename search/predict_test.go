@@ -148,13 +148,11 @@ func TestPredictorLearnsRatio(t *testing.T) {
 	}
 }
 
-// TestPredictorCountedPrompt: the KV check sizes requests by what the
-// server counted (chat template included), not the nominal prompt: a
-// config holding 63 of 64 requests of 518 tokens is rejected although 64
-// of 512 would fit.
+// TestPredictorCountedPrompt: the KV check sizes a request by what the
+// server counted (chat template included), not the nominal prompt: a pool
+// of 770 tokens holds a request of 512 + 256 but not one of 518 + 256.
 func TestPredictorCountedPrompt(t *testing.T) {
-	// 64 x (512 + 256) = 49152 fits 49200; 64 x (518 + 256) = 49536 does not.
-	st := ruleStudy(t, "--disable-radix-cache", `memory: {reference: {kv_tokens: 49200, mem_fraction_static: 0.8, state_slots: 0}, kv_tokens_per_state_slot: 0.0001}
+	st := ruleStudy(t, "--disable-radix-cache", `memory: {reference: {kv_tokens: 770, mem_fraction_static: 0.8, state_slots: 0}, kv_tokens_per_state_slot: 0.0001}
 workload: {chat: {concurrency: [64], requests: [64], max_tokens: 256, prompt_tokens: 512}}
 on_limits_reduced: accept
 `)
@@ -179,7 +177,7 @@ on_limits_reduced: accept
 			msg = r.Message
 		}
 	}
-	want := "49536 needed: 64 running x (518 prompt as the server counted + 256 max_tokens)"
+	want := "774 needed by one request (518 prompt as the server counted + 256 max_tokens)"
 	if msg == "" || !strings.Contains(msg, want) {
 		t.Errorf("counted prompt not used: %q, want %q", msg, want)
 	}

@@ -79,12 +79,13 @@ func TestEngineRules(t *testing.T) {
 			"--max-mamba-cache-size 128 with radix cache and overlap: 128 // 5 = 25 < --max-running-requests 64 // --dp-size 2 = 32 per DP worker", 5, 25},
 		{"radix off pool = requests", 4, "--max-running-requests 64 --disable-radix-cache", "", "", "", 1, 64},
 		{"kv need", 4, "--max-running-requests 64 --disable-radix-cache",
-			"memory: {reference: {kv_tokens: 100000, mem_fraction_static: 0.8, state_slots: 64}, kv_tokens_per_state_slot: 100}\nworkload: {chat: {concurrency: [64], requests: [64], max_tokens: 4096}}\n",
-			"kv_capacity", "predicted KV tokens 100000 < 278528 needed: 64 running x (256 prompt + 4096 max_tokens)", 1, 64},
-		// With DP attention the KV pool and the running requests are per DP worker.
-		{"kv need per dp worker", 4, "--tp-size 4 --dp-size 2 --enable-dp-attention --max-running-requests 64 --disable-radix-cache",
+			"memory: {reference: {kv_tokens: 100000, mem_fraction_static: 0.8, state_slots: 64}, kv_tokens_per_state_slot: 100}\nworkload: {chat: {concurrency: [64], requests: [64], max_tokens: 120000}}\n",
+			"kv_capacity", "predicted KV tokens 100000 < 120256 needed by one request (256 prompt + 120000 max_tokens)", 1, 64},
+		// A pool short of the running requests' tokens serves them in turn
+		// (the rest queue): not rejected.
+		{"kv short of the running requests", 4, "--tp-size 4 --dp-size 2 --enable-dp-attention --max-running-requests 64 --disable-radix-cache",
 			"memory: {reference: {kv_tokens: 100000, mem_fraction_static: 0.8, state_slots: 32}, kv_tokens_per_state_slot: 100}\nworkload: {chat: {concurrency: [63], requests: [63], max_tokens: 4096}}\n",
-			"kv_capacity", "predicted KV tokens 100000 < 139264 needed per DP worker: ceil(63 running / --dp-size 2) = 32 x (256 prompt + 4096 max_tokens)", 1, 32},
+			"", "", 1, 32},
 		{"kv fits per dp worker", 4, "--tp-size 4 --dp-size 2 --enable-dp-attention --max-running-requests 64 --disable-radix-cache",
 			"memory: {reference: {kv_tokens: 150000, mem_fraction_static: 0.8, state_slots: 32}, kv_tokens_per_state_slot: 100}\nworkload: {chat: {concurrency: [64], requests: [64], max_tokens: 4096}}\n",
 			"", "", 1, 32},

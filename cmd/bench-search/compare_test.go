@@ -188,6 +188,9 @@ func TestSuiteLine(t *testing.T) {
 	if got := suiteLine([]scored{{Name: "c", Budget: 30, Runs: runs("ours", 5)}}); !strings.Contains(got, "random_over_ours_min=- ") {
 		t.Errorf("without random: %s", got)
 	}
+	if got := suiteLine([]scored{{Name: "c", Budget: 30, Runs: runs("random", 5)}}); got != "suite_landscapes=1 ours_worst_trials_to_97=- ours_median_trials_to_97=- ours_worst_regret_at_30=- random_over_ours_min=- infeasible_launches=-" {
+		t.Errorf("without ours: %s", got)
+	}
 }
 
 func TestLoadSuite(t *testing.T) {

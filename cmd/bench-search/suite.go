@@ -201,6 +201,9 @@ func suiteLine(all []scored) string {
 	if !math.IsInf(ratio, 1) {
 		rs = fmt.Sprintf("%.2f", ratio)
 	}
+	if len(meds) == 0 { // ours did not run: nothing of it to state
+		return fmt.Sprintf("suite_landscapes=%d ours_worst_trials_to_97=- ours_median_trials_to_97=- ours_worst_regret_at_30=- random_over_ours_min=- infeasible_launches=-", len(all))
+	}
 	return fmt.Sprintf("suite_landscapes=%d ours_worst_trials_to_97=%g ours_median_trials_to_97=%g ours_worst_regret_at_30=%.1f%% random_over_ours_min=%s infeasible_launches=%d",
 		len(meds), worst, median(meds), 100*worstReg, rs, infeasible)
 }
