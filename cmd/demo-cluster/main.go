@@ -8,7 +8,8 @@
 // Every figure is read from the storage: workers is the number of distinct
 // processes that ran trials, launched the trials counted against the
 // budget, duplicate_configs the launched trials whose config another
-// launched trial already had, lost_trials the trials left running or
+// launched trial already had (a rerun that races a measured config aside),
+// lost_trials the trials left running or
 // queued, or interrupted without a re-run, hosts the distinct nodes (or
 // hosts) that ran trials, killed_worker_trial_rerun whether the killed
 // worker's trial was run again, to its end, by another worker. It exits 1
@@ -326,7 +327,9 @@ func measure(ctx context.Context, store *storage.Store, st *space.Study, killed 
 			return fig, err
 		}
 		if launched {
-			configs[configKey(r)]++
+			if r.ConfirmOf == nil { // a racing rerun runs its config again on purpose
+				configs[configKey(r)]++
+			}
 			for _, h := range strings.Split(r.Host, ",") {
 				if h != "" {
 					hosts[h] = true
