@@ -86,8 +86,8 @@ calibrate: build
 # measured for real (the landscapes, cached in ~/.cache/sgtune/bench-search
 # and checked against this build before use), then 20 studies of up to 30
 # launches per method and landscape: sgtune's own loop as `sgtune run` runs
-# it (the study's sampler, parallelism, baseline and confirmation, every
-# launch counted, the winner it declares scored), random and goptuna's TPE
+# it (the default sampler with the study's parallelism, baseline and
+# confirmation, every launch counted, the winner it declares scored), random and goptuna's TPE
 # in a plain loop, with 12% noise per repeat. Judge a change with
 # BENCH_SEARCH_FLAGS=--seeds=100. The last line is the summary:
 # suite_landscapes=N ours_worst_trials_to_97=W ours_median_trials_to_97=M ours_worst_regret_at_30=R random_over_ours_min=X infeasible_launches=D

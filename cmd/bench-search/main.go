@@ -16,13 +16,16 @@
 //
 // Otherwise each method runs --seeds studies per landscape, every launch
 // measured with multiplicative noise of --noise-cv per repeat. ours is
-// what a user running the study gets: search.Run with the study's own
-// sampler, parallelism, engine-default baseline and confirmation, run at
-// every budget of a ladder up to --budget launches; every launch is
-// counted (search trials, the baseline, confirmation reruns) and the
-// winner scored is the one the study declares. ours_tpe, ours_bayes and
-// ours_random are the same loop with another sampler; random, goptuna_tpe
-// and grid are the plain propose-launch-tell loop of the peer tools.
+// what a user running the study with the default sampler (bayes) gets:
+// search.Run with the study's own parallelism, engine-default baseline
+// and confirmation; every launch is counted (search trials, the baseline,
+// racing and confirmation reruns) and the winner scored is the one the
+// study declares. A study whose launches all count in its budget runs
+// once and is scored after every launch (search.DeclareFrom: what the
+// same study with that budget declares); one that confirms after its
+// search runs at every budget of a ladder up to --budget. ours_random is
+// the same loop with random proposals; random, goptuna_tpe and grid are
+// the plain propose-launch-tell loop of the peer tools.
 // Printed per landscape and method: the median launches to a declared
 // winner whose true score is at least 97% of the best, with its 95%
 // interval, the median regret after 10, 20 and 30 launches, and the crash
