@@ -237,6 +237,9 @@ func Pool(runs []Measurement) (pooled, spread float64) {
 // topConfigs are the first trials of the n measured configs the model
 // ranks highest (see model): a config measured once, far above what
 // similar configs measured, ranks below one whose family agrees. The
+// config with the best single measurement is always among them when n >=
+// 2 (it takes the last place if the model left it out): it heads the
+// trial table, and only measuring it again says whether it was luck. The
 // engine default is none of them: it is confirmed on its own, and a
 // winner is held against it.
 func topConfigs(st *space.Study, recs []Record, n int) ([]Record, error) {
@@ -252,6 +255,13 @@ func topConfigs(st *space.Study, recs []Record, n int) ([]Record, error) {
 		if !c.first.Baseline {
 			out = append(out, c.first)
 		}
+	}
+	searched := slices.DeleteFunc(searchTrials(recs), func(r Record) bool { return r.Baseline })
+	if b, ok := Best(searched); ok && n >= 2 && !slices.ContainsFunc(out, func(r Record) bool { return r.ConfigKey == b.ConfigKey }) {
+		if len(out) == n {
+			out = out[:n-1]
+		}
+		out = append(out, b)
 	}
 	return out, nil
 }
