@@ -47,7 +47,7 @@ const (
 	ClassMeasurement    = "measurement"
 	ClassRequestsFailed = "requests_failed" // the server answered, but requests kept failing
 	ClassKnownBadConfig = "same_as_failed"
-	ClassCrashRegion    = "crash_region" // every launched config of its region failed
+	ClassCrashRegion    = "crash_region" // every launched config of its region failed (stored before the feasibility model)
 )
 
 // Scored returns the trial's score when one was read: a complete trial's,
