@@ -82,7 +82,7 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 	// reusable the share of the last batch's prompt words a perfect prefix
 	// cache could have served from them (PrefixReuse); warm-ups count, as
 	// they fill the server's cache too.
-	// Source batches are memoised across trials too (memoSource), and so
+	// Source batches are memoised across trials too (sourceMemo), and so
 	// is what a prefix cache could reuse of them after the batches sent
 	// before (prefixReuser).
 	var reuser prefixReuser
@@ -102,7 +102,7 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 	synth := func(level, repeat, n, maxTokens int) ([][]byte, error) {
 		if src != nil {
 			k := sourceKey{model: model, source: srcID, level: level, repeat: repeat, n: n, maxTokens: maxTokens}
-			b, err := memoSource(k, func() (*sourceBatch, error) {
+			b, err := sourceMemo.load(k, func() (*sourceBatch, error) {
 				reqs := src.requests(level, repeat, n)
 				bodies, err := sourceBodies(model, reqs, maxTokens, spec)
 				return &sourceBatch{reqs: reqs, bodies: bodies}, err
@@ -119,7 +119,7 @@ func runChat(ctx context.Context, c looper, model string, w Workload, opt Option
 			return bodiesFor(prompts(level, repeat, n), maxTokens)
 		}
 		k := bodyKey{model, level, repeat, n, maxTokens, spec.PromptTokens, spec.IgnoreEOS, spec.ReusePrompts}
-		return memoBodies(k, func() ([][]byte, error) { return bodiesFor(prompts(level, repeat, n), maxTokens) })
+		return bodyMemo.load(k, func() ([][]byte, error) { return bodiesFor(prompts(level, repeat, n), maxTokens) })
 	}
 	warm := func(conc, n int) (note string, err error) {
 		// Waves at the level's concurrency: they capture the batch size's

@@ -15,35 +15,52 @@ type bodyKey struct {
 	ignoreEOS, reuse            bool
 }
 
-// bodyMemo holds built bodies (read only once built); a handful of
-// workloads' worth.
-var bodyMemo = struct {
-	sync.Mutex
-	m map[bodyKey][][]byte
-}{m: map[bodyKey][][]byte{}}
+// memo holds values that are pure functions of their keys (read only once
+// built), process-wide; it is cleared when it holds limit of them.
+type memo[K comparable, V any] struct {
+	mu    sync.Mutex
+	m     map[K]V
+	limit int
+}
 
+func newMemo[K comparable, V any](limit int) *memo[K, V] {
+	return &memo[K, V]{m: map[K]V{}, limit: limit}
+}
+
+func (c *memo[K, V]) get(k K) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[k]
+	return v, ok
+}
+
+func (c *memo[K, V]) put(k K, v V) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= c.limit {
+		clear(c.m)
+	}
+	c.m[k] = v
+}
+
+// load returns the value of k, building it with build the first time.
+func (c *memo[K, V]) load(k K, build func() (V, error)) (V, error) {
+	if v, ok := c.get(k); ok {
+		return v, nil
+	}
+	v, err := build()
+	if err != nil {
+		return v, err
+	}
+	c.put(k, v)
+	return v, nil
+}
+
+// maxMemoBatches: a handful of workloads' worth of batches.
 const maxMemoBatches = 256
 
-// memoBodies returns the bodies of k, building them once with build.
-func memoBodies(k bodyKey, build func() ([][]byte, error)) ([][]byte, error) {
-	bodyMemo.Lock()
-	b, ok := bodyMemo.m[k]
-	bodyMemo.Unlock()
-	if ok {
-		return b, nil
-	}
-	b, err := build()
-	if err != nil {
-		return nil, err
-	}
-	bodyMemo.Lock()
-	if len(bodyMemo.m) >= maxMemoBatches {
-		clear(bodyMemo.m)
-	}
-	bodyMemo.m[k] = b
-	bodyMemo.Unlock()
-	return b, nil
-}
+// bodyMemo holds built bodies.
+var bodyMemo = newMemo[bodyKey, [][]byte](maxMemoBatches)
 
 // gateKey identifies a set of quality-gate requests.
 type gateKey struct {
@@ -51,29 +68,14 @@ type gateKey struct {
 	nJSON, nTool int
 }
 
-var gateMemo = struct {
-	sync.Mutex
-	m map[gateKey][]gateRequest
-}{m: map[gateKey][]gateRequest{}}
+var gateMemo = newMemo[gateKey, []gateRequest](maxMemoBatches)
 
 // memoGates is gateRequests built once per model and size (the requests
 // and their checks are read only).
 func memoGates(model string, nJSON, nTool int) ([]gateRequest, error) {
-	k := gateKey{model, nJSON, nTool}
-	gateMemo.Lock()
-	defer gateMemo.Unlock()
-	if g, ok := gateMemo.m[k]; ok {
-		return g, nil
-	}
-	g, err := gateRequests(model, nJSON, nTool)
-	if err != nil {
-		return nil, err
-	}
-	if len(gateMemo.m) >= maxMemoBatches {
-		clear(gateMemo.m)
-	}
-	gateMemo.m[k] = g
-	return g, nil
+	return gateMemo.load(gateKey{model, nJSON, nTool}, func() ([]gateRequest, error) {
+		return gateRequests(model, nJSON, nTool)
+	})
 }
 
 // sourceKey identifies a batch of requests made by a workload's source
@@ -94,31 +96,7 @@ type sourceBatch struct {
 	bodies [][]byte
 }
 
-var sourceMemo = struct {
-	sync.Mutex
-	m map[sourceKey]*sourceBatch
-}{m: map[sourceKey]*sourceBatch{}}
-
-// memoSource returns the batch of k, building it once with build.
-func memoSource(k sourceKey, build func() (*sourceBatch, error)) (*sourceBatch, error) {
-	sourceMemo.Lock()
-	b, ok := sourceMemo.m[k]
-	sourceMemo.Unlock()
-	if ok {
-		return b, nil
-	}
-	b, err := build()
-	if err != nil {
-		return nil, err
-	}
-	sourceMemo.Lock()
-	if len(sourceMemo.m) >= maxMemoBatches {
-		clear(sourceMemo.m)
-	}
-	sourceMemo.m[k] = b
-	sourceMemo.Unlock()
-	return b, nil
-}
+var sourceMemo = newMemo[sourceKey, *sourceBatch](maxMemoBatches)
 
 // reuseKey identifies PrefixReuse of a batch sent after a history of
 // batches (a hash chain of their keys, in the order they were sent): the
@@ -128,12 +106,9 @@ type reuseKey struct {
 	batch   sourceKey
 }
 
-var reuseMemo = struct {
-	sync.Mutex
-	m map[reuseKey][2]int
-}{m: map[reuseKey][2]int{}}
-
 const maxMemoReuse = 1 << 12
+
+var reuseMemo = newMemo[reuseKey, [2]int](maxMemoReuse)
 
 // prefixReuser is PrefixReuse over a run's successive source batches,
 // memoised across runs that send the same batches in the same order: the
@@ -150,9 +125,7 @@ type prefixReuser struct {
 // and total words for it.
 func (p *prefixReuser) add(k sourceKey, b *sourceBatch) (reusable, total int) {
 	rk := reuseKey{p.history, k}
-	reuseMemo.Lock()
-	r, ok := reuseMemo.m[rk]
-	reuseMemo.Unlock()
+	r, ok := reuseMemo.get(rk)
 	if !ok && p.seen == nil {
 		p.seen = map[uint64]bool{}
 		for _, old := range p.sent {
@@ -163,12 +136,7 @@ func (p *prefixReuser) add(k sourceKey, b *sourceBatch) (reusable, total int) {
 		r[0], r[1] = PrefixReuse(b.reqs, p.seen)
 	}
 	if !ok {
-		reuseMemo.Lock()
-		if len(reuseMemo.m) >= maxMemoReuse {
-			clear(reuseMemo.m)
-		}
-		reuseMemo.m[rk] = r
-		reuseMemo.Unlock()
+		reuseMemo.put(rk, r)
 	}
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d|%q|%q|%d|%d|%d|%d", p.history, k.model, k.source, k.level, k.repeat, k.n, k.maxTokens)

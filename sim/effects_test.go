@@ -71,15 +71,7 @@ func TestDPReplicasRun(t *testing.T) {
 	base := []string{"--model-path", "m", "--tp-size", "1", "--max-running-requests", "8", "--cuda-graph-max-bs", "8"}
 	run := func(argv []string, bodies [][]byte, conc int) (LoopResult, *Virtual) {
 		t.Helper()
-		v, err := NewVirtual(argv, VirtualOptions{Profile: p})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := v.ClosedLoop(bodies, conc, 600, false)
-		if err != nil || res.Completed != len(bodies) {
-			t.Fatalf("%v: completed %d of %d: %v", argv, res.Completed, len(bodies), err)
-		}
-		return res, v
+		return closedLoop(t, p, argv, bodies, conc)
 	}
 	bodies := shortBodies(16, 256)
 	one, _ := run(base, bodies, 16)

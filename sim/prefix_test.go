@@ -128,8 +128,9 @@ type prefixRun struct {
 	duration float64
 }
 
-// runPrefix runs bodies through a virtual server launched with argv.
-func runPrefix(t *testing.T, p *Profile, argv []string, bodies [][]byte, conc int) prefixRun {
+// closedLoop runs bodies at concurrency conc through a virtual server
+// launched with argv, every one of them to its end.
+func closedLoop(t *testing.T, p *Profile, argv []string, bodies [][]byte, conc int) (LoopResult, *Virtual) {
 	t.Helper()
 	v, err := NewVirtual(argv, VirtualOptions{Profile: p})
 	if err != nil {
@@ -137,8 +138,15 @@ func runPrefix(t *testing.T, p *Profile, argv []string, bodies [][]byte, conc in
 	}
 	res, err := v.ClosedLoop(bodies, conc, 600, false)
 	if err != nil || res.Completed != len(bodies) {
-		t.Fatalf("completed %d of %d: %v", res.Completed, len(bodies), err)
+		t.Fatalf("%v: completed %d of %d: %v", argv, res.Completed, len(bodies), err)
 	}
+	return res, v
+}
+
+// runPrefix runs bodies through a virtual server launched with argv.
+func runPrefix(t *testing.T, p *Profile, argv []string, bodies [][]byte, conc int) prefixRun {
+	t.Helper()
+	res, v := closedLoop(t, p, argv, bodies, conc)
 	sum := 0.0
 	for _, ex := range res.Exchanges {
 		sum += ex.TTFT
