@@ -151,6 +151,13 @@ const simplerWithin = 0.01
 // confirmed, the default wins. ok is false with no candidate at all.
 func DeclareAgainst(cands []Candidate, base *Candidate) (w Winner, ok bool) {
 	w, ok = Declare(cands)
+	return holdAgainst(w, ok, base)
+}
+
+// holdAgainst holds a declared winner (ok false: none) against the engine
+// default's runs base, as DeclareAgainst says; a winner that beats it
+// keeps its reason, with the margin appended.
+func holdAgainst(w Winner, ok bool, base *Candidate) (Winner, bool) {
 	if base == nil {
 		return w, ok
 	}
@@ -532,15 +539,13 @@ func declareAmong(st *space.Study, recs []Record, among map[string]bool) (w Winn
 			}
 		}
 	}
-	w, ok = DeclareAgainst(cands, base)
+	w, ok = Declare(cands)
+	if ok && lead != "" {
+		w.Reason = lead
+	}
+	w, ok = holdAgainst(w, ok, base)
 	for _, rec := range recs {
 		w.Through = max(w.Through, rec.Number)
-	}
-	if ok && lead != "" && !w.DefaultAsGood {
-		if i := strings.Index(w.Reason, "; it beats the engine default"); i >= 0 {
-			lead += w.Reason[i:]
-		}
-		w.Reason = lead
 	}
 	return w, ok, nil
 }

@@ -387,24 +387,8 @@ func (ps *posterior) estimate(c *measuredConfig) float64 {
 	return v
 }
 
-// incumbent is the measured config with the highest posterior mean (the
-// earlier first trial on a tie).
-func (ps *posterior) incumbent() *measuredConfig {
-	var best *measuredConfig
-	bestV := math.Inf(-1)
-	for _, c := range ps.configs {
-		if c.pruned {
-			continue
-		}
-		v := ps.estimate(c)
-		if best == nil || v > bestV || (v == bestV && c.first.Number < best.first.Number) {
-			best, bestV = c, v
-		}
-	}
-	return best
-}
-
-// ranked returns the measured configs by posterior mean, best first.
+// ranked returns the measured configs by posterior mean, best first:
+// the first is the incumbent.
 func (ps *posterior) ranked() []*measuredConfig {
 	out := make([]*measuredConfig, 0, len(ps.configs))
 	est := map[string]float64{}

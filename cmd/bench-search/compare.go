@@ -146,29 +146,24 @@ func (c *comparison) Run(ctx context.Context, ms []method) ([]searchRun, error) 
 	return runs, err
 }
 
-// search runs a method's study at every budget of the ladder (see ladder)
-// and scores, for each count of launches a user can afford, the winner
-// the study with the largest budget that fits declares.
+// search scores, for each count of launches a user can afford, the winner
+// the method's study declares with that budget: from one run (see
+// anytime) when every launch counts in the budget, else from a run at
+// every budget of the ladder (see ladder), the largest that fits.
 func (c *comparison) search(ctx context.Context, m method, seed int, index map[string]int, best float64) (searchRun, error) {
 	run := searchRun{Method: m.Name, Seed: seed, TrialsTo97: c.Budget + 1, FoundTo97: c.Budget + 1}
 	mem := &memo{runs: map[uint64]*memoRun{}}
 	var rungs []rung
 	var last []search.Record
+	budgets := ladder(c.Budget)
 	if c.Study.Budget.Confirm == 0 {
 		var err error
 		if rungs, last, err = c.anytime(ctx, m, seed, index, best); err != nil {
 			return run, err
 		}
-		for _, r := range rungs {
-			if r.Truth >= 0.97 && run.TrialsTo97 > c.Budget {
-				run.TrialsTo97 = r.Launches
-			}
-		}
+		budgets = nil // the single run scored every budget
 	}
-	for _, n := range ladder(c.Budget) {
-		if c.Study.Budget.Confirm == 0 {
-			break // the single run above scored every budget
-		}
+	for _, n := range budgets {
 		r, recs, err := c.study(ctx, m, seed, n, mem, index, best)
 		if err != nil {
 			return run, err
@@ -178,8 +173,10 @@ func (c *comparison) search(ctx context.Context, m method, seed int, index map[s
 		}
 		rungs = append(rungs, r)
 		last = recs
-		if r.Truth >= 0.97 && run.TrialsTo97 > c.Budget && r.Launches <= c.Budget {
-			run.TrialsTo97 = r.Launches
+	}
+	for _, r := range rungs {
+		if r.Truth >= 0.97 && r.Launches <= c.Budget {
+			run.TrialsTo97 = min(run.TrialsTo97, r.Launches)
 		}
 	}
 	for l := 1; l <= c.Budget; l++ {
