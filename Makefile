@@ -89,7 +89,8 @@ calibrate: build
 # it (the default sampler with the study's parallelism, baseline and
 # confirmation, every launch counted, the winner it declares scored), random and goptuna's TPE
 # in a plain loop, with 12% noise per repeat. Judge a change with
-# BENCH_SEARCH_FLAGS=--seeds=100. The last line is the summary:
+# BENCH_SEARCH_FLAGS=--seeds=100 (add --runs=FILE to keep every search's
+# result for a paired comparison of two builds). The last line is the summary:
 # suite_landscapes=N ours_worst_trials_to_97=W ours_median_trials_to_97=M ours_worst_regret_at_30=R random_over_ours_min=X infeasible_launches=D
 bench-search: build
 	bin/bench-search --suite testdata/landscapes/suite.yaml $(BENCH_SEARCH_FLAGS)

@@ -70,6 +70,13 @@ type Engine struct {
 	// first word (--entrypoint) and passes the rest as arguments.
 	DockerEntrypoint bool
 
+	// MemoryFractionFlag takes the fraction of each GPU's memory the
+	// engine reserves for the weights and the KV pool ("" when it has
+	// none). A larger fraction gives a larger pool and, while the engine
+	// still starts and serves, never a slower one: the search treats a
+	// number param on this flag as monotone (docs/study-file.md).
+	MemoryFractionFlag string
+
 	// ToolParserFlag turns on tool-call parsing in the OpenAI API; without
 	// it a tool-call quality gate cannot pass ("" when the engine needs
 	// none).

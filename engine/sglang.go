@@ -28,6 +28,8 @@ var SGLang = &Engine{
 	HostFlag:       "--host",
 	PortFlag:       "--port",
 	ToolParserFlag: "--tool-call-parser",
+	// ref §2: the pool is what --mem-fraction-static leaves after weights.
+	MemoryFractionFlag: "--mem-fraction-static",
 	// ref §4: /health_generate runs a 1-token generate; 503 until warmup.
 	HealthPath: "/health_generate",
 	// ref §3 Startup 10 (http_server.py).

@@ -28,9 +28,12 @@ var VLLM = &Engine{
 	ModelPositional:  true,
 	DockerEntrypoint: true,
 	ServedNameFlag:   "--served-model-name",
-	APIKeyFlag:       "--api-key",
-	HostFlag:         "--host",
-	PortFlag:         "--port",
+	// src: config/cache.py: the KV cache gets what gpu_memory_utilization
+	// leaves after weights and activations.
+	MemoryFractionFlag: "--gpu-memory-utilization",
+	APIKeyFlag:         "--api-key",
+	HostFlag:           "--host",
+	PortFlag:           "--port",
 	// src: cli_args.py: tool calls are parsed with --tool-call-parser, and
 	// "auto" tool choice also needs --enable-auto-tool-choice (a rule).
 	ToolParserFlag: "--tool-call-parser",

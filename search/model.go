@@ -44,6 +44,13 @@ import (
 // static rules drop what they reject); a larger one draws poolSize configs
 // per proposal.
 
+// inactive is the value of a conditional param its condition leaves out.
+// It has an effect of its own, so every config has one value effect per
+// param: a family with a param more (speculative decoding and its steps)
+// does not get a larger prior spread, which would make it the argmax of
+// most draws however it measured.
+const inactive = "-"
+
 // Prior standard deviations (log-score units).
 const (
 	tsMainSD   = 0.7
@@ -75,6 +82,22 @@ type tsNumeric struct {
 	low, high float64
 	log       bool
 	feat      int
+	more      bool // a larger value never scores less while it runs
+}
+
+// moreSlope is the least slope a draw gives a monotone number (log score
+// per half its range): among configs alike but for it, the largest value
+// the feasibility model lets run is proposed, and the crashes above the
+// engine's edge teach where that is.
+const moreSlope = 0.02
+
+// moreMemory reports whether par is a number on the engine's memory
+// fraction flag: a larger KV pool never slows an engine that still starts
+// and serves, so the model gives it a slope of at least moreSlope and no
+// quadratic.
+func moreMemory(st *space.Study, par space.Param) bool {
+	k := st.Engine.Kind
+	return k != nil && k.MemoryFractionFlag != "" && par.Flag == k.MemoryFractionFlag
 }
 
 // tsCand is one config the model scores.
@@ -93,11 +116,15 @@ func newModel(st *space.Study, list bool) (*model, error) {
 	for i := range st.Params {
 		par := &st.Params[i]
 		if !regionParam(*par) {
-			m.nums = append(m.nums, tsNumeric{name: par.Name, low: par.Low, high: par.High, log: par.Log})
+			m.nums = append(m.nums, tsNumeric{name: par.Name, low: par.Low, high: par.High, log: par.Log, more: moreMemory(st, *par)})
 			continue
 		}
 		m.names = append(m.names, par.Name)
-		for _, v := range domainValues(*par) {
+		vals := domainValues(*par)
+		if par.When != "" {
+			vals = append(vals, inactive)
+		}
+		for _, v := range vals {
 			l := literal{name: par.Name, value: v}
 			m.values[l] = m.nfeat
 			m.nfeat++
@@ -166,7 +193,11 @@ func (m *model) cand(p space.Params) (tsCand, bool, error) {
 // features at 1), adding the pairs it is the first to have.
 func (m *model) row(p map[string]any) ([]int, []float64) {
 	var one []int
-	for _, l := range literalsOf(p, m.names) {
+	for _, n := range m.names {
+		l := literal{name: n, value: inactive}
+		if v, ok := p[n]; ok {
+			l.value = fmt.Sprint(v)
+		}
 		if f, ok := m.values[l]; ok {
 			one = append(one, f)
 		}
@@ -201,6 +232,10 @@ func (m *model) row(p map[string]any) ([]int, []float64) {
 			lo, hi, v = math.Log(lo), math.Log(hi), math.Log(v)
 		}
 		x := 2*(v-lo)/(hi-lo) - 1
+		if n.more {
+			feats, xs = append(feats, n.feat), append(xs, x)
+			continue
+		}
 		feats, xs = append(feats, n.feat, n.feat+1), append(xs, x, x*x)
 	}
 	return feats, xs
@@ -428,6 +463,11 @@ func (ps *posterior) draw(rng *rand.Rand) ([]float64, error) {
 	for i := range theta {
 		theta[i] = ps.mean.AtVec(i) + tsTemper*u.AtVec(i)
 	}
+	for _, n := range ps.m.nums {
+		if i, ok := ps.index[n.feat]; ok && n.more {
+			theta[i] = max(theta[i], moreSlope)
+		}
+	}
 	ps.m.mu.Lock()
 	n := ps.m.nfeat
 	ps.m.mu.Unlock()
@@ -435,6 +475,11 @@ func (ps *posterior) draw(rng *rand.Rand) ([]float64, error) {
 	for f := range n {
 		if _, ok := ps.index[f]; !ok {
 			ps.prior[f] = tsTemper * ps.m.priorSD(f) * rng.NormFloat64()
+			for _, n := range ps.m.nums {
+				if n.more && f == n.feat {
+					ps.prior[f] = max(ps.prior[f], moreSlope)
+				}
+			}
 		}
 	}
 	return theta, nil

@@ -2,11 +2,13 @@ package search
 
 import (
 	"context"
+	"math"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/sgtune/sgtune/objective"
+	"github.com/sgtune/sgtune/space"
 )
 
 // The model races inside the budget: where a config's runs disagree by
@@ -69,5 +71,58 @@ func TestRacingRunsInsideTheBudget(t *testing.T) {
 	}
 	if !strings.Contains(w.Reason, "highest estimated score") {
 		t.Errorf("reason %q", w.Reason)
+	}
+}
+
+// A number on the engine's memory fraction flag is monotone to the model:
+// with runs at 0.85 and 0.90 (the higher measured a little lower, as
+// noise would have it) and out-of-memory crashes at 0.94, the proposals
+// go to the edge the crashes taught, 0.93, not back into the range that
+// ran nor over the edge. Every measured config is busy, so no race
+// takes a proposal.
+func TestMemoryFractionRunsToTheEdge(t *testing.T) {
+	st, _, _ := openFake(t, "- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}",
+		"- {name: mem, type: float, low: 0.80, high: 0.96, step: 0.01, flag: --mem-fraction-static}")
+	m, err := newModel(st, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.nums) != 1 || !m.nums[0].more {
+		t.Fatalf("numbers %+v: want mem, monotone", m.nums)
+	}
+	known := map[string]bool{}
+	var recs []Record
+	add := func(state, class, ep string, mem, score float64) {
+		p := space.Params{"ep": ep, "mem": mem}
+		cfg, err := st.Resolve(p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := Record{Number: len(recs) + 1, State: state, FailureClass: class, Params: p, ConfigKey: configKey(cfg)}
+		if state == StateComplete {
+			r.Score, r.ScoreOK = &score, true
+		}
+		recs = append(recs, r)
+		known[r.ConfigKey] = true
+	}
+	add(StateComplete, "", "4", 0.85, 150)
+	add(StateComplete, "", "1", 0.85, 100)
+	add(StateComplete, "", "4", 0.90, 147)
+	add(StateComplete, "", "1", 0.90, 98)
+	add(StateFailed, "oom", "4", 0.94, 0)
+	add(StateFailed, "oom", "1", 0.94, 0)
+	edge := 0
+	for n := range 20 {
+		// Every measured config busy: no race, only new configs.
+		p, err := m.propose(recs, 7, len(recs)+n, known, known, func(space.Params) bool { return true })
+		if err != nil || p.params == nil {
+			t.Fatalf("proposal %d: %+v, %v", n, p, err)
+		}
+		if math.Abs(p.params["mem"]-0.93) < 1e-9 {
+			edge++
+		}
+	}
+	if edge < 15 {
+		t.Errorf("%d of 20 proposals at mem 0.93; want nearly all at the edge the crashes taught", edge)
 	}
 }

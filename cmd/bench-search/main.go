@@ -96,6 +96,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	quiet := fs.Bool("q", false, "no progress lines")
 	trace := fs.Bool("trace", false, "print every trial of every search of ours (state, params, measured and true score) to stderr")
 	tablePath := fs.String("table", "", "measured table (see --record-table) of --study's space: the landscape and every launch come from it instead of the simulator")
+	runsPath := fs.String("runs", "", "write every search's result to this file, one JSON object per line (landscape, method, seed, launches to 97%, regret after each launch): for paired comparisons between builds over the same seeds")
 	only := fs.String("methods", strings.Join(reported, ","), "comma-separated methods to run; all: "+methodNames())
 	if err := fs.Parse(argv); err != nil {
 		return 2
@@ -172,6 +173,15 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		}
 		studies[i] = st
 	}
+	var runsOut io.Writer
+	if *runsPath != "" && !*onlyLandscape {
+		f, err := os.Create(*runsPath)
+		if err != nil {
+			return bad("--runs: %v", err)
+		}
+		defer f.Close()
+		runsOut = f
+	}
 	var all []scored
 	for i, m := range members {
 		st := studies[i]
@@ -240,6 +250,12 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		s := scored{Name: m.Name, Budget: *budget, Runs: res}
+		if runsOut != nil {
+			if err := writeRuns(runsOut, s); err != nil {
+				fmt.Fprintln(stderr, "bench-search: --runs:", err)
+				return 1
+			}
+		}
 		printScored(stdout, s, st.Budget.Parallel)
 		all = append(all, s)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -124,8 +125,25 @@ func TestRunCachesAndCompares(t *testing.T) {
 	}
 	out.Reset()
 	errOut.Reset()
-	if code := run(context.Background(), append(args, "--seeds", "3", "--budget", "6", "--noise-cv", "0.12", "--methods", "ours,random"), &out, &errOut); code != 0 {
+	runs := filepath.Join(dir, "runs.jsonl")
+	if code := run(context.Background(), append(args, "--seeds", "3", "--budget", "6", "--noise-cv", "0.12", "--methods", "ours,random", "--runs", runs), &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	// --runs: one line per search, each with a regret after every launch.
+	data, err := os.ReadFile(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for line := range strings.Lines(string(data)) {
+		var r searchLine
+		if err := json.Unmarshal([]byte(line), &r); err != nil || len(r.Regret) != 6 || r.To97 < 1 || r.To97 > 7 || (r.Method != "ours" && r.Method != "random") {
+			t.Errorf("--runs line %q: %+v, %v", line, r, err)
+		}
+		n++
+	}
+	if n != 6 {
+		t.Errorf("--runs wrote %d lines; want 2 methods x 3 seeds", n)
 	}
 	if !strings.Contains(errOut.String(), "landscape from") {
 		t.Errorf("second run did not use the cache: %s", errOut.String())

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -206,4 +207,26 @@ func suiteLine(all []scored) string {
 	}
 	return fmt.Sprintf("suite_landscapes=%d ours_worst_trials_to_97=%g ours_median_trials_to_97=%g ours_worst_regret_at_30=%.1f%% random_over_ours_min=%s infeasible_launches=%d",
 		len(meds), worst, median(meds), 100*worstReg, rs, infeasible)
+}
+
+// searchLine is one search's result as --runs writes it.
+type searchLine struct {
+	Landscape string    `json:"landscape"`
+	Method    string    `json:"method"`
+	Seed      int       `json:"seed"`
+	To97      int       `json:"to97"`
+	Found97   int       `json:"found97"`
+	Crashes   int       `json:"crashes"`
+	Regret    []float64 `json:"regret"`
+}
+
+// writeRuns writes every search of s, one JSON object per line.
+func writeRuns(w io.Writer, s scored) error {
+	enc := json.NewEncoder(w)
+	for _, r := range s.Runs {
+		if err := enc.Encode(searchLine{Landscape: s.Name, Method: r.Method, Seed: r.Seed, To97: r.TrialsTo97, Found97: r.FoundTo97, Crashes: r.CrashLaunches, Regret: r.Regret}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
