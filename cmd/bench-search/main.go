@@ -173,13 +173,13 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		}
 		studies[i] = st
 	}
-	var runsOut io.Writer
+	var runsOut *os.File
 	if *runsPath != "" && !*onlyLandscape {
 		f, err := os.Create(*runsPath)
 		if err != nil {
 			return bad("--runs: %v", err)
 		}
-		defer f.Close()
+		defer f.Close() // on an early return; the end closes it and checks
 		runsOut = f
 	}
 	var all []scored
@@ -261,6 +261,12 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	}
 	if *onlyLandscape {
 		return 0
+	}
+	if runsOut != nil {
+		if err := runsOut.Close(); err != nil {
+			fmt.Fprintln(stderr, "bench-search: --runs:", err)
+			return 1
+		}
 	}
 	fmt.Fprintln(stdout, suiteLine(all))
 	return 0
