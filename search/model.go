@@ -463,11 +463,6 @@ func (ps *posterior) draw(rng *rand.Rand) ([]float64, error) {
 	for i := range theta {
 		theta[i] = ps.mean.AtVec(i) + tsTemper*u.AtVec(i)
 	}
-	for _, n := range ps.m.nums {
-		if i, ok := ps.index[n.feat]; ok && n.more {
-			theta[i] = max(theta[i], moreSlope)
-		}
-	}
 	ps.m.mu.Lock()
 	n := ps.m.nfeat
 	ps.m.mu.Unlock()
@@ -475,11 +470,17 @@ func (ps *posterior) draw(rng *rand.Rand) ([]float64, error) {
 	for f := range n {
 		if _, ok := ps.index[f]; !ok {
 			ps.prior[f] = tsTemper * ps.m.priorSD(f) * rng.NormFloat64()
-			for _, n := range ps.m.nums {
-				if n.more && f == n.feat {
-					ps.prior[f] = max(ps.prior[f], moreSlope)
-				}
-			}
+		}
+	}
+	// A monotone number's slope, measured or not, is at least moreSlope.
+	for _, num := range ps.m.nums {
+		if !num.more {
+			continue
+		}
+		if i, ok := ps.index[num.feat]; ok {
+			theta[i] = max(theta[i], moreSlope)
+		} else {
+			ps.prior[num.feat] = max(ps.prior[num.feat], moreSlope)
 		}
 	}
 	return theta, nil
