@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/sgtune/sgtune/space"
 	"github.com/sgtune/sgtune/storage"
@@ -351,17 +350,7 @@ func (r *runner) confirm(ctx context.Context, groups [][]int) error {
 		return err
 	}
 	r.confirming = true
-	var wg sync.WaitGroup
-	errs := make([]error, len(groups))
-	for i, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = r.worker(ctx, g)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil || ctx.Err() != nil {
+	if err := r.workers(ctx, groups); err != nil || ctx.Err() != nil {
 		return err
 	}
 	// Another process may still run a confirmation (or wait for a GPU

@@ -59,6 +59,23 @@ type Options struct {
 	// worker): once the budget is spent it waits while other processes'
 	// trials run, and re-runs those whose process died, before returning.
 	Worker bool
+	// Turns, when set, is told as each worker (one per GPU group) begins
+	// and ends its part of the run: bench-search runs a study's workers in
+	// a fixed order of turns so that a study with parallel GPU groups is
+	// reproducible in virtual time. Nil: the workers run freely, as they
+	// do on real GPUs.
+	Turns Turns
+}
+
+// Turns orders a run's workers (Options.Turns). A worker joins before it
+// asks for its first trial and leaves when it returns; between the two,
+// the Backend it launches through decides when it goes on.
+type Turns interface {
+	// Join blocks until worker w of n (its GPU group's index) may begin;
+	// an error (ctx's end) ends the worker before it asks for a trial.
+	Join(ctx context.Context, w, n int) error
+	// Leave says worker w returned.
+	Leave(w int)
 }
 
 // Summary is what a run did.
@@ -446,6 +463,12 @@ func (r *runner) workers(ctx context.Context, groups [][]int) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if t := r.opt.Turns; t != nil {
+				if t.Join(ctx, w, len(groups)) != nil {
+					return // interrupted before its first trial
+				}
+				defer t.Leave(w)
+			}
 			errs[w] = r.worker(ctx, g)
 		}()
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -219,5 +220,53 @@ func TestLoadSuite(t *testing.T) {
 		if _, err := loadSuite(write(body)); err == nil {
 			t.Errorf("%q: no error", body)
 		}
+	}
+}
+
+// A study with two GPU groups runs its workers in turns (lockstep): the
+// same seed gives the same trials, in the same order, run after run, and
+// the two groups take the launches in turn.
+func TestParallelStudyIsReproducible(t *testing.T) {
+	st := loadSmall(t)
+	st.Budget.Confirm, st.Budget.Parallel = 2, 2
+	st.GPUGroups = [][]int{{0, 1, 2, 3}, {4, 5, 6, 7}}
+	ls, err := ComputeLandscape(t.Context(), st, landscapeOptions{Profile: "glm-5.3-flash-h200x4", Draws: 2, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre := search.Check(st, func(string) string { return "" })
+	pre.Host = nil
+	c := &comparison{Study: st, Profile: "glm-5.3-flash-h200x4", Landscape: ls, Seeds: 1, Budget: 12, NoiseCV: 0.12, Workers: 1, Preflight: &pre,
+		Backend: &virtualBackend{profile: "glm-5.3-flash-h200x4", noiseCV: 0.12, eng: newSimEngine(st)}}
+	index := landscapeIndex(t, c)
+	best := ls.Configs[ls.Best].Mean
+	m := method{Name: "ours", Sampler: "bayes"}
+	trials := func() []string {
+		_, recs, err := c.study(t.Context(), m, 5, 12, &memo{runs: map[uint64]*memoRun{}}, index, best)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range recs {
+			score := "-"
+			if r.Score != nil {
+				score = fmt.Sprintf("%.6g", *r.Score)
+			}
+			out = append(out, fmt.Sprintf("%d %s %s %s %s", r.Number, r.GPUs, r.State, r.ConfigKey, score))
+		}
+		return out
+	}
+	first := trials()
+	for range 3 {
+		if again := trials(); !slices.Equal(again, first) {
+			t.Fatalf("the same seed ran other trials:\n%s\nthen\n%s", strings.Join(first, "\n"), strings.Join(again, "\n"))
+		}
+	}
+	groups := map[string]int{}
+	for _, line := range first {
+		groups[strings.Fields(line)[1]]++
+	}
+	if len(groups) != 2 {
+		t.Errorf("launches by group %v: want both groups used", groups)
 	}
 }

@@ -209,8 +209,8 @@ func (c *comparison) study(ctx context.Context, m method, seed, budget int, mem 
 		return r, nil, err
 	}
 	defer store.Close()
-	b := &memoBackend{next: c.Backend, memo: mem, seed: uint64(seed)<<32 ^ hashString(m.Name)}
-	sum, err := search.Run(ctx, search.Options{Study: &st, Store: store, Backend: b, LogDir: dir,
+	b := newLockstep(&memoBackend{next: c.Backend, memo: mem, seed: uint64(seed)<<32 ^ hashString(m.Name)}, st.GPUGroups)
+	sum, err := search.Run(ctx, search.Options{Study: &st, Store: store, Backend: b, Turns: b, LogDir: dir,
 		Parallel: max(st.Budget.Parallel, 1), Preflight: c.Preflight, Getenv: func(string) string { return "" }})
 	if err != nil {
 		return r, nil, fmt.Errorf("%s seed %d budget %d: %w", m.Name, seed, budget, err)
