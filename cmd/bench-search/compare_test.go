@@ -203,12 +203,16 @@ func TestLoadSuite(t *testing.T) {
 		}
 		return p
 	}
-	ms, err := loadSuite(write("landscapes:\n  - {name: a, study: s.yaml, profile: p.yaml}\n  - {name: b, study: ../t.yaml, profile: glm-5.3-flash-h200x4}\n"))
+	ms, err := loadSuite(write("landscapes:\n  - {name: a, study: s.yaml, profile: p.yaml}\n  - {name: b, study: ../t.yaml, profile: glm-5.3-flash-h200x4}\n" +
+		"  - {name: c, study: /abs/u.yaml, table: /abs/u.table.json.gz}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ms[0].Study != filepath.Join(dir, "s.yaml") || ms[0].Profile != filepath.Join(dir, "p.yaml") || ms[1].Profile != "glm-5.3-flash-h200x4" {
 		t.Errorf("paths not relative to the suite: %+v", ms)
+	}
+	if ms[2].Study != "/abs/u.yaml" || ms[2].Table != "/abs/u.table.json.gz" {
+		t.Errorf("absolute paths not kept: %+v", ms[2])
 	}
 	for _, body := range []string{
 		"landscapes: []\n",

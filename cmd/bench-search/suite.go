@@ -31,7 +31,8 @@ type member struct {
 
 // loadSuite reads a suite file: a YAML list of members. Paths (a profile
 // is one when it names a .yaml file or a directory; else it is a bundled
-// profile's name) are relative to the suite file's directory.
+// profile's name) are relative to the suite file's directory unless
+// absolute.
 func loadSuite(path string) ([]member, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -61,15 +62,24 @@ func loadSuite(path string) ([]member, error) {
 			return nil, fmt.Errorf("%s: landscape %s: profile and table exclude each other", path, m.Name)
 		}
 		seen[m.Name] = true
-		m.Study = filepath.Join(dir, m.Study)
+		m.Study = relativeTo(dir, m.Study)
 		if m.Table != "" {
-			m.Table = filepath.Join(dir, m.Table)
+			m.Table = relativeTo(dir, m.Table)
 		}
 		if strings.Contains(m.Profile, "/") || strings.HasSuffix(m.Profile, ".yaml") || strings.HasSuffix(m.Profile, ".yml") {
-			m.Profile = filepath.Join(dir, m.Profile)
+			m.Profile = relativeTo(dir, m.Profile)
 		}
 	}
 	return doc.Landscapes, nil
+}
+
+// relativeTo is path read relative to dir, unless it is absolute (a
+// suite kept outside the repository may name the repository's studies).
+func relativeTo(dir, path string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(dir, path)
 }
 
 // scored is one landscape's comparison.
