@@ -77,12 +77,20 @@ func recordMain(ctx context.Context, argv []string, stdout, stderr io.Writer) in
 	if !*quiet {
 		opt.Log = stderr
 	}
+	if l, n := loadAvg()[0], runtime.NumCPU(); l > float64(n)/2 {
+		// A table records the engine's noise: a run sharing the CPUs
+		// with other work records that work's too (llama-cpu recorded
+		// at load 4-9 on 2 CPUs measured a median 19% noise per run,
+		// 8.4% on the same machine idle).
+		fmt.Fprintf(stderr, "bench-search: warning: the machine is busy (load average %.2f on %d CPUs): runs recorded beside other work measure its noise too; stop it, or interrupt and resume later\n", l, n)
+	}
 	t, err := recordTable(ctx, st, opt)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench-search:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "table %s: %d configs, %d feasible, %d runs, %.0f s recording\n", *path, len(t.Configs), t.Feasible(), t.Runs(), t.Header.WallS)
+	fmt.Fprintf(stdout, "table %s: %d configs, %d feasible, %d runs (%d recorded at a load above the CPUs + 1), %.0f s recording\n",
+		*path, len(t.Configs), t.Feasible(), t.Runs(), t.Busy(), t.Header.WallS)
 	return 0
 }
 

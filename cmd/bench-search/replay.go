@@ -266,6 +266,9 @@ func printTableSummary(w io.Writer, ls *Landscape) {
 		r.path, state, h.EngineVersion, filepath.Base(h.Model), h.ModelBytes, h.Machine.NProc, h.Machine.CPUModel, h.Repeats,
 		h.Started.Format("2006-01-02 15:04 MST"), h.WallS, h.Sessions, h.LoadStart[0], h.LoadStart[1], h.LoadStart[2], h.LoadEnd[0], h.LoadEnd[1], h.LoadEnd[2])
 	fmt.Fprintf(w, "here a draw is a launch measured on that machine: the true score is the mean over a config's measured repeats, real noise included\n")
+	if n := t.Busy(); n > 0 {
+		fmt.Fprintf(w, "%d of its %d runs were recorded at a load average above the CPUs + 1: their noise is partly other work's\n", n, t.Runs())
+	}
 	runClasses := map[string]int{}
 	var cvs []float64
 	mixed, runs := 0, 0

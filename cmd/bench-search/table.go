@@ -254,6 +254,22 @@ func (t *Table) Runs() int {
 	return n
 }
 
+// Busy counts the runs recorded while the machine's 1-minute load average
+// exceeded its CPUs by more than one: a run and its load generator load
+// the CPUs by about one, so such a run shared them with other work, and
+// its noise is partly that work's.
+func (t *Table) Busy() int {
+	n := 0
+	for i := range t.Configs {
+		for _, run := range t.Configs[i].Runs {
+			if run.Load1 > float64(t.Header.Machine.NProc)+1 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // loadTable reads a table (gzip-compressed JSON).
 func loadTable(path string) (*Table, error) {
 	f, err := os.Open(path)
