@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sgtune/sgtune/search"
+	"github.com/sgtune/sgtune/space"
 )
 
 // The bootstrap interval of a median holds the median, stays within the
@@ -49,16 +50,7 @@ func TestMedianCI(t *testing.T) {
 func TestLadderReuseIsExact(t *testing.T) {
 	st := loadSmall(t)
 	st.Budget.Confirm = 2 // a study that confirms after its search runs the ladder
-	ls, err := ComputeLandscape(t.Context(), st, landscapeOptions{Profile: "glm-5.3-flash-h200x4", Draws: 2, Workers: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pre := search.Check(st, func(string) string { return "" })
-	pre.Host = nil // sglang-sim need not be on PATH: nothing runs on this host
-	c := &comparison{Study: st, Profile: "glm-5.3-flash-h200x4", Landscape: ls, Seeds: 1, Budget: 8, NoiseCV: 0.12, Workers: 1, Preflight: &pre,
-		Backend: &virtualBackend{profile: "glm-5.3-flash-h200x4", noiseCV: 0.12, eng: newSimEngine(st)}}
-	index := landscapeIndex(t, c)
-	best := ls.Configs[ls.Best].Mean
+	c, index, best := virtualComparison(t, st, 8)
 	m := method{Name: "ours"}
 	shared := &memo{runs: map[uint64]*memoRun{}}
 	if _, _, err := c.study(t.Context(), m, 3, 5, shared, index, best); err != nil {
@@ -96,16 +88,7 @@ func TestLadderReuseIsExact(t *testing.T) {
 func TestAnytimeIsTheBudgetsRun(t *testing.T) {
 	st := loadSmall(t)
 	st.Budget.Confirm, st.Budget.Parallel = 0, 1
-	ls, err := ComputeLandscape(t.Context(), st, landscapeOptions{Profile: "glm-5.3-flash-h200x4", Draws: 2, Workers: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pre := search.Check(st, func(string) string { return "" })
-	pre.Host = nil
-	c := &comparison{Study: st, Profile: "glm-5.3-flash-h200x4", Landscape: ls, Seeds: 1, Budget: 10, NoiseCV: 0.12, Workers: 1, Preflight: &pre,
-		Backend: &virtualBackend{profile: "glm-5.3-flash-h200x4", noiseCV: 0.12, eng: newSimEngine(st)}}
-	index := landscapeIndex(t, c)
-	best := ls.Configs[ls.Best].Mean
+	c, index, best := virtualComparison(t, st, 10)
 	m := method{Name: "ours", Sampler: "bayes"}
 	rungs, _, err := c.anytime(t.Context(), m, 4, index, best)
 	if err != nil {
@@ -123,6 +106,22 @@ func TestAnytimeIsTheBudgetsRun(t *testing.T) {
 			t.Errorf("budget %d: anytime declared %.3f after %d launches; the budget's own run %.3f after %d", budget, got.Truth, got.Launches, own.Truth, own.Launches)
 		}
 	}
+}
+
+// virtualComparison compares searches of st on its landscape in virtual
+// time (the GLM profile, 2 draws a config) at budget launches; it returns
+// the comparison, the configs' index by flags and the best true score.
+func virtualComparison(t *testing.T, st *space.Study, budget int) (*comparison, map[string]int, float64) {
+	t.Helper()
+	ls, err := ComputeLandscape(t.Context(), st, landscapeOptions{Profile: "glm-5.3-flash-h200x4", Draws: 2, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre := search.Check(st, func(string) string { return "" })
+	pre.Host = nil // sglang-sim need not be on PATH: nothing runs on this host
+	c := &comparison{Study: st, Profile: "glm-5.3-flash-h200x4", Landscape: ls, Seeds: 1, Budget: budget, NoiseCV: 0.12, Workers: 1, Preflight: &pre,
+		Backend: &virtualBackend{profile: "glm-5.3-flash-h200x4", noiseCV: 0.12, eng: newSimEngine(st)}}
+	return c, landscapeIndex(t, c), ls.Configs[ls.Best].Mean
 }
 
 func landscapeIndex(t *testing.T, c *comparison) map[string]int {
@@ -234,16 +233,7 @@ func TestParallelStudyIsReproducible(t *testing.T) {
 	st := loadSmall(t)
 	st.Budget.Confirm, st.Budget.Parallel = 2, 2
 	st.GPUGroups = [][]int{{0, 1, 2, 3}, {4, 5, 6, 7}}
-	ls, err := ComputeLandscape(t.Context(), st, landscapeOptions{Profile: "glm-5.3-flash-h200x4", Draws: 2, Workers: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pre := search.Check(st, func(string) string { return "" })
-	pre.Host = nil
-	c := &comparison{Study: st, Profile: "glm-5.3-flash-h200x4", Landscape: ls, Seeds: 1, Budget: 12, NoiseCV: 0.12, Workers: 1, Preflight: &pre,
-		Backend: &virtualBackend{profile: "glm-5.3-flash-h200x4", noiseCV: 0.12, eng: newSimEngine(st)}}
-	index := landscapeIndex(t, c)
-	best := ls.Configs[ls.Best].Mean
+	c, index, best := virtualComparison(t, st, 12)
 	m := method{Name: "ours", Sampler: "bayes"}
 	trials := func() []string {
 		_, recs, err := c.study(t.Context(), m, 5, 12, &memo{runs: map[uint64]*memoRun{}}, index, best)
