@@ -52,7 +52,8 @@ func (l *lockstep) Join(ctx context.Context, w, n int) error {
 	}
 	l.joined[w] = true
 	l.cond.Broadcast()
-	return l.take(ctx, w)
+	l.take(ctx, w)
+	return ctx.Err()
 }
 
 // Leave implements search.Turns: worker w returned; the turn passes on,
@@ -89,11 +90,9 @@ func (l *lockstep) Start(ctx context.Context, spec launcher.Spec) (search.Runnin
 		l.advance()
 		l.cond.Broadcast()
 	}
-	if terr := l.take(ctx, w); terr != nil && err == nil {
-		// Interrupted while waiting: the launch ran; the study loop
-		// sees the interrupt in its context as it measures.
-		return srv, nil
-	}
+	// Interrupted while waiting, the launch returns as it is: the study
+	// loop sees the interrupt in its own context.
+	l.take(ctx, w)
 	return srv, err
 }
 
@@ -112,8 +111,8 @@ func (l *lockstep) worker(gpus []int) int {
 }
 
 // take waits, with l.mu held, until every worker joined, none holds the
-// turn and it is w's; it returns ctx's error if ctx ends first.
-func (l *lockstep) take(ctx context.Context, w int) error {
+// turn and it is w's, and takes it; it returns without it once ctx ends.
+func (l *lockstep) take(ctx context.Context, w int) {
 	stop := context.AfterFunc(ctx, func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -121,13 +120,12 @@ func (l *lockstep) take(ctx context.Context, w int) error {
 	})
 	defer stop()
 	for !(l.holder < 0 && l.turn == w && !slices.Contains(l.joined, false)) {
-		if err := ctx.Err(); err != nil {
-			return err
+		if ctx.Err() != nil {
+			return
 		}
 		l.cond.Wait()
 	}
 	l.holder = w
-	return nil
 }
 
 // advance passes the turn to the next worker that has not left, in
