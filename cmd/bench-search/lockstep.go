@@ -33,11 +33,11 @@ type lockstep struct {
 	joined []bool // per worker: joined this phase
 	left   []bool // per worker: left this phase
 	turn   int    // the worker whose turn it is
-	holder int    // the worker holding the turn; -1: none
+	held   bool   // the turn's worker holds it (else it may take it)
 }
 
 func newLockstep(next search.Backend, groups [][]int) *lockstep {
-	l := &lockstep{next: next, groups: groups, holder: -1}
+	l := &lockstep{next: next, groups: groups}
 	l.cond = sync.NewCond(&l.mu)
 	return l
 }
@@ -48,7 +48,7 @@ func (l *lockstep) Join(ctx context.Context, w, n int) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.n == 0 {
-		l.n, l.joined, l.left, l.turn, l.holder = n, make([]bool, n), make([]bool, n), 0, -1
+		l.n, l.joined, l.left, l.turn, l.held = n, make([]bool, n), make([]bool, n), 0, false
 	}
 	l.joined[w] = true
 	l.cond.Broadcast()
@@ -62,10 +62,8 @@ func (l *lockstep) Leave(w int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.left[w] = true
-	if l.holder == w {
-		l.holder = -1
-	}
 	if l.turn == w {
+		l.held = false
 		l.advance()
 	}
 	if !slices.Contains(l.left, false) {
@@ -85,8 +83,8 @@ func (l *lockstep) Start(ctx context.Context, spec launcher.Spec) (search.Runnin
 	if l.n == 0 || w < 0 || w >= l.n {
 		return srv, err // not a worker of a joined phase: no turns
 	}
-	if l.holder == w {
-		l.holder = -1
+	if l.held && l.turn == w {
+		l.held = false
 		l.advance()
 		l.cond.Broadcast()
 	}
@@ -119,13 +117,13 @@ func (l *lockstep) take(ctx context.Context, w int) {
 		l.cond.Broadcast()
 	})
 	defer stop()
-	for !(l.holder < 0 && l.turn == w && !slices.Contains(l.joined, false)) {
+	for !(!l.held && l.turn == w && !slices.Contains(l.joined, false)) {
 		if ctx.Err() != nil {
 			return
 		}
 		l.cond.Wait()
 	}
-	l.holder = w
+	l.held = true
 }
 
 // advance passes the turn to the next worker that has not left, in
