@@ -34,11 +34,10 @@ import (
 //     chance to run. The draw is tempered (tsTemper of the posterior's
 //     spread): over thousands of candidates the argmax of a full-width draw
 //     lands on whichever combination the data know least.
-//   - Racing (see race): a measured challenger whose lead over the
-//     incumbent is worth more than a tie's resolution in expectation runs
-//     again against it, inside the budget: runs go to the configs the model
-//     cannot yet tell apart, in place of a fixed confirmation of the top
-//     configs after the search.
+//   - No racing: every launch of the budget measures a config the study
+//     does not know. Running a challenger again against the incumbent
+//     inside the budget cost launches on the suite (docs/study-file.md);
+//     the per-config effect keeps one lucky run from leading alone.
 //
 // A finite space of up to maxListed configs is listed once (the engine's
 // static rules drop what they reject); a larger one draws poolSize configs
@@ -500,20 +499,17 @@ func (ps *posterior) value(theta []float64, feats []int, xs []float64) float64 {
 	return v
 }
 
-// proposal is what the model asks for next: a new config (params, in
-// goptuna's internal form) or another run of a measured config (rerun, its
-// first trial's number).
+// proposal is what the model asks for next: a new config's params, in
+// goptuna's internal form (nil: nothing left to propose).
 type proposal struct {
 	params map[string]float64
-	rerun  *int
 }
 
 // propose returns trial number n's proposal. known are the config keys the
 // study holds (measured, failed, running or rejected: none is proposed
-// new), busy those running now (not raced); open says whether the engine's
-// rules, with what the study learned, accept a config. A zero proposal:
-// nothing is left to propose.
-func (m *model) propose(recs []Record, seed int64, n int, known, busy map[string]bool, open func(space.Params) bool) (proposal, error) {
+// again); open says whether the engine's rules, with what the study
+// learned, accept a config. A zero proposal: nothing is left to propose.
+func (m *model) propose(recs []Record, seed int64, n int, known map[string]bool, open func(space.Params) bool) (proposal, error) {
 	rng := rand.New(rand.NewPCG(uint64(seed), uint64(n)^0x7468_6f6d_7073_6f6e))
 	cands := m.cands
 	if cands == nil {
@@ -561,101 +557,12 @@ func (m *model) propose(recs []Record, seed int64, n int, known, busy map[string
 		i, _ := pick(func(i int) float64 { return weight[i] + 1e-6*rng.Float64() })
 		return at(live, i), nil
 	}
-	if race := ps.race(recs, busy); race != nil {
-		k := race.first.Number
-		return proposal{rerun: &k}, nil
-	}
 	theta, err := ps.draw(rng)
 	if err != nil {
 		return proposal{}, err
 	}
 	i, _ := pick(func(i int) float64 { return ps.value(theta, live[i].feats, live[i].xs) + weight[i] })
 	return at(live, i), nil
-}
-
-// race returns the config to run again, or nil to explore. A challenger
-// races the incumbent when declaring the incumbent instead of it is
-// expected to lose more than simplerWithin of the score (the expected
-// amount by which the challenger's mean log score exceeds the
-// incumbent's, under the posterior): the resolution at which the study
-// calls two configs a tie. The one of the pair with fewer runs runs again
-// (the incumbent on a tie). No race when the engine default measured
-// better than the incumbent (the default would be declared whatever the
-// race found), and at most one launch in raceShare races, so a pair the
-// model cannot yet separate does not take the budget from the search.
-func (ps *posterior) race(recs []Record, busy map[string]bool) *measuredConfig {
-	ranked := ps.ranked()
-	if len(ranked) < 2 {
-		return nil
-	}
-	inc := ranked[0]
-	races, launches := 0, 0
-	for _, r := range recs {
-		if RanToEnd(r.State) || r.State == StateRunning {
-			launches++
-			if r.ConfirmOf != nil {
-				races++
-			}
-		}
-	}
-	if raceShare*(races+1) > launches {
-		return nil
-	}
-	if b, ok := BaselineOf(recs); ok && b.State == StateComplete && b.ScoreOK && b.ConfigKey != inc.key {
-		if p, _ := Pool(candidateRuns(b.ConfigKey, recs)); p > math.Exp(ps.estimate(inc)) {
-			return nil
-		}
-	}
-	var rival *measuredConfig
-	worst := math.Log1p(simplerWithin)
-	for _, c := range ranked[1:] {
-		if l := ps.loss(c, inc); l > worst {
-			rival, worst = c, l
-		}
-	}
-	if rival == nil {
-		return nil
-	}
-	pair := []*measuredConfig{inc, rival}
-	if rival.runs < inc.runs {
-		pair = []*measuredConfig{rival, inc}
-	}
-	for _, c := range pair {
-		if !busy[c.key] {
-			return c
-		}
-	}
-	return nil
-}
-
-// raceShare: at most one launch in raceShare races.
-const raceShare = 4
-
-// loss is the expected amount by which config a's mean log score exceeds
-// b's under the posterior: what declaring b instead of a is expected to
-// cost.
-func (ps *posterior) loss(a, b *measuredConfig) float64 {
-	d := make([]float64, ps.mean.Len())
-	ia, xa := ps.cols(a)
-	for k, i := range ia {
-		d[i] += xa[k]
-	}
-	ib, xb := ps.cols(b)
-	for k, i := range ib {
-		d[i] -= xb[k]
-	}
-	dv := mat.NewVecDense(len(d), d)
-	var sol mat.VecDense
-	if err := ps.chol.SolveVecTo(&sol, dv); err != nil {
-		return 0
-	}
-	v := mat.Dot(dv, &sol)
-	if v <= 0 {
-		return 0
-	}
-	mu, sd := ps.estimate(a)-ps.estimate(b), math.Sqrt(v)
-	z := mu / sd
-	return mu*0.5*math.Erfc(-z/math.Sqrt2) + sd*math.Exp(-z*z/2)/math.Sqrt(2*math.Pi)
 }
 
 // at is the proposal of live[i] (none for -1).

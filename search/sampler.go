@@ -204,59 +204,44 @@ func (f fixedFirst) Sample(study *goptuna.Study, trial goptuna.FrozenTrial, name
 	return f.next.Sample(study, trial, name, dist)
 }
 
-// propose asks the model (sampler "bayes") for a new trial t: another run
-// of a measured config (race: t takes that config, as a racing run of its
-// first trial, counted in the budget) or a new config, stored as the
-// trial's fixed params for the sampler to hand over. Other samplers
+// propose asks the model (sampler "bayes") for trial t's config, stored as
+// the trial's fixed params for the sampler to hand over. Other samplers
 // propose through goptuna.
-func (r *runner) propose(t *trialRun, trial *goptuna.Trial) (race bool, err error) {
+func (r *runner) propose(t *trialRun) error {
 	if r.st.Budget.Sampler != "bayes" {
-		return false, nil
+		return nil
 	}
 	r.modelOnce.Do(func() { r.model, r.modelErr = newModel(r.st, true) })
 	if r.modelErr != nil {
-		return false, fmt.Errorf("sampler bayes: %w", r.modelErr)
+		return fmt.Errorf("sampler bayes: %w", r.modelErr)
 	}
 	recs, err := Records(r.store, r.st.Name)
 	if err != nil {
-		return false, err
+		return err
 	}
-	known, busy := map[string]bool{}, map[string]bool{}
+	known := map[string]bool{}
 	for _, rec := range recs {
-		if rec.ConfigKey == "" || rec.Number == t.number {
-			continue
+		if rec.ConfigKey != "" && rec.Number != t.number {
+			known[rec.ConfigKey] = true
 		}
-		known[rec.ConfigKey] = true
-		busy[rec.ConfigKey] = busy[rec.ConfigKey] || rec.State == StateRunning || rec.State == StateWaiting
 	}
 	open := func(p space.Params) bool {
 		cfg, err := r.st.Resolve(p, r.learned)
 		return err == nil && !known[configKey(cfg)] && len(r.st.Check(cfg)) == 0
 	}
-	pr, err := r.model.propose(recs, r.st.Budget.Seed, t.number, known, busy, open)
+	pr, err := r.model.propose(recs, r.st.Budget.Seed, t.number, known, open)
 	if err != nil {
-		return false, err
-	}
-	if pr.rerun != nil {
-		if err := r.store.SetTrialSystemAttr(t.id, storage.AttrConfirmOf, strconv.Itoa(*pr.rerun)); err != nil {
-			return false, fmt.Errorf("mark the racing run of trial %d: %w", *pr.rerun, err)
-		}
-		t.confirmOf = pr.rerun
-		ok, err := r.rerun(t, *pr.rerun)
-		if err == nil && !ok {
-			err = fmt.Errorf("trial %d stored no params to race", *pr.rerun)
-		}
-		return ok, err
+		return err
 	}
 	if pr.params == nil {
-		return false, nil // nothing left to the model: a random draw
+		return nil // nothing left to the model: a random draw
 	}
 	js, err := json.Marshal(pr.params)
 	if err != nil {
-		return false, err
+		return err
 	}
 	if err := r.store.SetTrialSystemAttr(t.id, storage.AttrFixedParams, string(js)); err != nil {
-		return false, fmt.Errorf("store the proposal: %w", err)
+		return fmt.Errorf("store the proposal: %w", err)
 	}
-	return false, nil
+	return nil
 }

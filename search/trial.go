@@ -82,7 +82,7 @@ func (r *runner) trial(ctx context.Context, gpus []int) (err error) {
 	}
 	if r.confirming {
 		// The post-search confirmation (budget.confirm) is outside the
-		// budget; racing runs during the search are not.
+		// budget.
 		return r.launch(ctx, t, gpus)
 	}
 	// The launch is counted against the budget atomically, across every
@@ -203,12 +203,9 @@ func (r *runner) ask() (*trialRun, error) {
 				return t, nil
 			}
 		}
-	} else if race, err := r.propose(t, trial); err != nil || race {
-		if err != nil {
-			t.stopBeat()
-			return nil, r.abandonID(id, fmt.Errorf("trial %d: %w", t.number, err))
-		}
-		return t, nil
+	} else if err := r.propose(t); err != nil {
+		t.stopBeat()
+		return nil, r.abandonID(id, fmt.Errorf("trial %d: %w", t.number, err))
 	} else if err := trial.CallRelativeSampler(); err != nil {
 		// A queued trial takes its stored params (rerun, else
 		// fixed_params); only a new trial asks the relative sampler.

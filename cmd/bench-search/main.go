@@ -18,8 +18,8 @@
 // measured with multiplicative noise of --noise-cv per repeat. ours is
 // what a user running the study with the default sampler (bayes) gets:
 // search.Run with the study's own parallelism, engine-default baseline
-// and confirmation; every launch is counted (search trials, the baseline,
-// racing and confirmation reruns) and the winner scored is the one the
+// and confirmation; every launch is counted (search trials, the baseline
+// and confirmation reruns) and the winner scored is the one the
 // study declares. A study whose launches all count in its budget runs
 // once and is scored after every launch (search.DeclareFrom: what the
 // same study with that budget declares); one that confirms after its

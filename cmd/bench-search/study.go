@@ -20,7 +20,7 @@ import (
 
 // A user picks a budget and gets what `sgtune run` declares at its end,
 // after every launch the study makes: its search trials, the engine
-// default's baseline, confirmation or racing reruns. The comparison scores
+// default's baseline, confirmation reruns. The comparison scores
 // exactly that. ladder is the budgets (budget.trials) a method's study is
 // run at, each from an empty store; every launch of every run is counted.
 // Its rungs are every other budget up to 12, then every 5th: each rung
