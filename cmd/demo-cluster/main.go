@@ -327,7 +327,7 @@ func measure(ctx context.Context, store *storage.Store, st *space.Study, killed 
 			return fig, err
 		}
 		if launched {
-			if r.ConfirmOf == nil { // a racing rerun runs its config again on purpose
+			if r.ConfirmOf == nil { // a confirmation rerun runs its config again on purpose
 				configs[configKey(r)]++
 			}
 			for _, h := range strings.Split(r.Host, ",") {
