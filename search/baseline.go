@@ -209,7 +209,7 @@ func times(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) + "×" 
 // runCounts prints two configs' run counts: "3 runs each", "3 and 2 runs".
 func runCounts(a, b int) string {
 	if a == b {
-		return fmt.Sprintf("%d runs each", a)
+		return runs(a) + " each"
 	}
 	return fmt.Sprintf("%d and %d runs", a, b)
 }

@@ -266,6 +266,10 @@ func TestDeclareAgainst(t *testing.T) {
 			0, true, "0.00", "the search's best, trial 3, pooled 91.0"},
 		{"exactly the spread above is no gain", []*Candidate{run(3, 110, 110)}, run(0, 95, 105),
 			0, true, "0.00", "measured spread 10.0"},
+		{"one run each beats the default", []*Candidate{run(3, 120)}, run(0, 100),
+			3, false, "1.20", "it beats the engine default (trial 0, pooled 100.0 over 1 run) by 20.0 (one run of each: no spread measured)"},
+		{"one run each below the default", []*Candidate{run(3, 90)}, run(0, 100),
+			0, true, "0.00", "pooled 90.0 over 1 run, does not beat the default's 100.0 over 1 run (one run of each: no spread measured)"},
 		{"only the default confirmed", nil, run(0, 100, 101), 0, true, "0.00", "the engine default is the only confirmed config"},
 		{"no default: Declare", []*Candidate{run(3, 200, 210)}, nil, 3, false, "0.00", "the only confirmed config"},
 	}

@@ -179,15 +179,33 @@ func holdAgainst(w Winner, ok bool, base *Candidate) (Winner, bool) {
 		if b.Pooled > 0 {
 			w.Gain = w.Pooled / b.Pooled
 		}
-		w.Reason += fmt.Sprintf("; it beats the engine default (trial %d, pooled %.1f over %d runs) by %.1f, more than the spread %.1f",
-			b.Trial, b.Pooled, len(b.Runs), w.Pooled-b.Pooled, spread)
+		w.Reason += fmt.Sprintf("; it beats the engine default (trial %d, pooled %.1f over %s) by %.1f%s",
+			b.Trial, b.Pooled, runs(len(b.Runs)), w.Pooled-b.Pooled, spreadText(", more than the spread", spread))
 		return w, true
 	}
 	searched := Candidate{Trial: w.Trial, Pooled: w.Pooled, Spread: w.Spread, Flags: w.Flags, Runs: w.Runs}
 	return Winner{Trial: b.Trial, Pooled: b.Pooled, Spread: b.Spread, Runs: b.Runs, Flags: b.Flags,
 		Candidates: all, Baseline: &b, DefaultAsGood: true, Searched: &searched,
-		Reason: fmt.Sprintf("the engine default is as good as anything found: the search's best, trial %d, pooled %.1f over %d runs, does not beat the default's %.1f over %d runs by more than the measured spread %.1f",
-			searched.Trial, searched.Pooled, len(searched.Runs), b.Pooled, len(b.Runs), spread)}, true
+		Reason: fmt.Sprintf("the engine default is as good as anything found: the search's best, trial %d, pooled %.1f over %s, does not beat the default's %.1f over %s%s",
+			searched.Trial, searched.Pooled, runs(len(searched.Runs)), b.Pooled, runs(len(b.Runs)), spreadText(" by more than the measured spread", spread))}, true
+}
+
+// runs prints a run count: "1 run", "3 runs".
+func runs(n int) string {
+	if n == 1 {
+		return "1 run"
+	}
+	return fmt.Sprintf("%d runs", n)
+}
+
+// spreadText is how a difference compares with the measured spread
+// (what, then the spread: ", more than the spread 10.0"). With one run of
+// each config there is no spread to compare with, and it says so.
+func spreadText(what string, spread float64) string {
+	if spread == 0 {
+		return " (one run of each: no spread measured)"
+	}
+	return fmt.Sprintf("%s %.1f", what, spread)
 }
 
 func cmpFloat(a, b float64) int {
