@@ -180,14 +180,14 @@ func holdAgainst(w Winner, ok bool, base *Candidate) (Winner, bool) {
 			w.Gain = w.Pooled / b.Pooled
 		}
 		w.Reason += fmt.Sprintf("; it beats the engine default (trial %d, pooled %.1f over %s) by %.1f%s",
-			b.Trial, b.Pooled, runs(len(b.Runs)), w.Pooled-b.Pooled, spreadText(", more than the spread", spread))
+			b.Trial, b.Pooled, runs(len(b.Runs)), w.Pooled-b.Pooled, spreadText(", more than the spread", spread, len(w.Runs), len(b.Runs)))
 		return w, true
 	}
 	searched := Candidate{Trial: w.Trial, Pooled: w.Pooled, Spread: w.Spread, Flags: w.Flags, Runs: w.Runs}
 	return Winner{Trial: b.Trial, Pooled: b.Pooled, Spread: b.Spread, Runs: b.Runs, Flags: b.Flags,
 		Candidates: all, Baseline: &b, DefaultAsGood: true, Searched: &searched,
 		Reason: fmt.Sprintf("the engine default is as good as anything found: the search's best, trial %d, pooled %.1f over %s, does not beat the default's %.1f over %s%s",
-			searched.Trial, searched.Pooled, runs(len(searched.Runs)), b.Pooled, runs(len(b.Runs)), spreadText(" by more than the measured spread", spread))}, true
+			searched.Trial, searched.Pooled, runs(len(searched.Runs)), b.Pooled, runs(len(b.Runs)), spreadText(" by more than the measured spread", spread, len(searched.Runs), len(b.Runs)))}, true
 }
 
 // runs prints a run count: "1 run", "3 runs".
@@ -200,9 +200,10 @@ func runs(n int) string {
 
 // spreadText is how a difference compares with the measured spread
 // (what, then the spread: ", more than the spread 10.0"). With one run of
-// each config there is no spread to compare with, and it says so.
-func spreadText(what string, spread float64) string {
-	if spread == 0 {
+// each config (na and nb runs) there is no spread to compare with, and it
+// says so.
+func spreadText(what string, spread float64, na, nb int) string {
+	if na <= 1 && nb <= 1 {
 		return " (one run of each: no spread measured)"
 	}
 	return fmt.Sprintf("%s %.1f", what, spread)
