@@ -187,7 +187,7 @@ func VersusDefault(w *Winner, best *Record, recs []Record) string {
 				return fmt.Sprintf("the engine default is as good as anything found (pooled %.1f vs trial %d's %.1f, within the spread %.1f)",
 					b.Pooled, s.Trial, s.Pooled, max(b.Spread, s.Spread))
 			}
-			return fmt.Sprintf("the engine default is as good as anything found (pooled %.1f over %d runs; no other config was confirmed)", b.Pooled, len(b.Runs))
+			return fmt.Sprintf("the engine default is as good as anything found (pooled %.1f over %s; no other config was confirmed)", b.Pooled, runs(len(b.Runs)))
 		}
 		return fmt.Sprintf("%s the engine default, pooled over %s (trial %d: pooled %.1f)", times(w.Gain), runCounts(len(w.Runs), len(b.Runs)), b.Trial, b.Pooled)
 	}

@@ -58,7 +58,7 @@ type Winner struct {
 // Confirmed says how the winner measured, as the commands print it:
 // "confirmed: pooled P over K runs, spread S".
 func (w Winner) Confirmed() string {
-	return fmt.Sprintf("confirmed: pooled %.2f over %d runs, spread %.2f", w.Pooled, len(w.Runs), w.Spread)
+	return fmt.Sprintf("confirmed: pooled %.2f over %s, spread %.2f", w.Pooled, runs(len(w.Runs)), w.Spread)
 }
 
 // Measurement is one measurement of a confirmed config.
@@ -116,10 +116,10 @@ func Declare(cands []Candidate) (w Winner, ok bool) {
 	}
 	switch {
 	case len(tied) == 1 && len(cands) == 1:
-		w.Reason = fmt.Sprintf("the only confirmed config: pooled %.1f over %d runs (spread %.1f)", win.Pooled, len(win.Runs), win.Spread)
+		w.Reason = fmt.Sprintf("the only confirmed config: pooled %.1f over %s (spread %.1f)", win.Pooled, runs(len(win.Runs)), win.Spread)
 	case len(tied) == 1:
-		w.Reason = fmt.Sprintf("best pooled score %.1f over %d runs; the next, trial %d's %.1f, is %.1f lower, more than either spread (%.1f, %.1f)",
-			win.Pooled, len(win.Runs), cands[1].Trial, cands[1].Pooled, win.Pooled-cands[1].Pooled, win.Spread, cands[1].Spread)
+		w.Reason = fmt.Sprintf("best pooled score %.1f over %s; the next, trial %d's %.1f, is %.1f lower, more than either spread (%.1f, %.1f)",
+			win.Pooled, runs(len(win.Runs)), cands[1].Trial, cands[1].Pooled, win.Pooled-cands[1].Pooled, win.Spread, cands[1].Spread)
 	case win.Trial == top.Trial:
 		w.Reason = fmt.Sprintf("tie within the measured spread with trial(s) %s; trial %d has the best pooled score %.1f (%d flags) and no simpler config is within %.0f%% of it",
 			joinInts(w.TiedWith), win.Trial, win.Pooled, win.Flags, 100*simplerWithin)
@@ -164,7 +164,7 @@ func holdAgainst(w Winner, ok bool, base *Candidate) (Winner, bool) {
 	if !ok {
 		return Winner{Trial: b.Trial, Pooled: b.Pooled, Spread: b.Spread, Runs: b.Runs, Flags: b.Flags,
 			Candidates: []Candidate{b}, Baseline: &b, DefaultAsGood: true,
-			Reason: fmt.Sprintf("the engine default is the only confirmed config: pooled %.1f over %d runs (spread %.1f)", b.Pooled, len(b.Runs), b.Spread)}, true
+			Reason: fmt.Sprintf("the engine default is the only confirmed config: pooled %.1f over %s (spread %.1f)", b.Pooled, runs(len(b.Runs)), b.Spread)}, true
 	}
 	all := append(slices.Clone(w.Candidates), b)
 	slices.SortStableFunc(all, func(x, y Candidate) int {
@@ -540,8 +540,8 @@ func declareAmong(st *space.Study, recs []Record, among map[string]bool) (w Winn
 		if base == nil || inc.key != b.ConfigKey {
 			c := candidateOf(st, inc.key, recs)
 			cands = append(cands, c)
-			lead = fmt.Sprintf("highest estimated score: pooled %.1f over %d run(s), estimated %.1f from them and %d similar config(s)",
-				c.Pooled, len(c.Runs), math.Exp(ps.estimate(inc)), len(ranked)-1)
+			lead = fmt.Sprintf("highest estimated score: pooled %.1f over %s, estimated %.1f from them and %d similar config(s)",
+				c.Pooled, runs(len(c.Runs)), math.Exp(ps.estimate(inc)), len(ranked)-1)
 			if len(ranked) > 1 {
 				lead += fmt.Sprintf("; the next, trial %d, estimated %.1f", ranked[1].first.Number, math.Exp(ps.estimate(ranked[1])))
 			}
