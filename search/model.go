@@ -28,12 +28,19 @@ import (
 //   - Feasibility: the crash covers of feasible.go, one weight per config.
 //   - The incumbent: the measured config with the highest posterior mean.
 //     It is what the study declares at any moment, whatever its budget.
+//   - Priors: each group of coefficients (main effects, pairs, numbers,
+//     configs' own effects) has a prior spread whose scale the study's own
+//     runs choose (evidenceScales): how much configs differ, and how much
+//     of it their values explain, differs between engines, models and
+//     workloads.
 //   - Proposals: Thompson sampling (Russo et al., "A Tutorial on Thompson
 //     Sampling", 2018, §7): one draw of the coefficients, each config the
 //     study does not know scored by its drawn log score plus the log of its
 //     chance to run. The draw is tempered (tsTemper of the posterior's
 //     spread): over thousands of candidates the argmax of a full-width draw
-//     lands on whichever combination the data know least.
+//     lands on whichever combination the data know least, and a narrower
+//     one stays with the family it found first (docs/study-file.md has
+//     both measured).
 //   - No racing: every launch of the budget measures a config the study
 //     does not know. Running a challenger again against the incumbent
 //     inside the budget cost launches on the suite (docs/study-file.md);
@@ -50,13 +57,14 @@ import (
 // most draws however it measured.
 const inactive = "-"
 
-// Prior standard deviations (log-score units).
+// Prior standard deviations (log-score units) at scale 1, the centre of
+// the scales the evidence chooses among.
 const (
 	tsMainSD   = 0.7
 	tsPairSD   = 0.2
 	tsNumSD    = 1.0
 	tsConfigSD = 0.1
-	tsTemper   = 0.35
+	tsTemper   = 0.6
 	maxListed  = 200000
 	poolSize   = 4096
 )
@@ -240,18 +248,37 @@ func (m *model) row(p map[string]any) ([]int, []float64) {
 	return feats, xs
 }
 
-// priorSD is the prior standard deviation of feature f.
-func (m *model) priorSD(f int) float64 {
+// The prior groups of the coefficients: each has its own scale, chosen
+// by the study's evidence (see evidenceScales).
+const (
+	groupMain = iota
+	groupPair
+	groupNum
+	groupConfig
+	groups
+)
+
+// group is feature f's prior group.
+func (m *model) group(f int) int {
 	for _, n := range m.nums {
 		if f == n.feat || f == n.feat+1 {
-			return tsNumSD
+			return groupNum
 		}
 	}
 	if f < len(m.values) {
-		return tsMainSD
+		return groupMain
 	}
-	return tsPairSD
+	return groupPair
 }
+
+// groupSD is the prior standard deviation of a group at scale 1.
+var groupSD = [groups]float64{groupMain: tsMainSD, groupPair: tsPairSD, groupNum: tsNumSD, groupConfig: tsConfigSD}
+
+// priorSD is the prior standard deviation of feature f at scale 1.
+func (m *model) priorSD(f int) float64 { return groupSD[m.group(f)] }
+
+// sd is feature f's prior standard deviation at the fitted scales.
+func (ps *posterior) sd(f int) float64 { return ps.m.priorSD(f) * ps.scale[ps.m.group(f)] }
 
 // posterior is the model fitted to a study's runs. Its coefficients are
 // those of the features some run has, one per measured config, and the
@@ -265,6 +292,7 @@ type posterior struct {
 	// measured configs: first complete trial, runs, and params.
 	configs map[string]*measuredConfig
 	prior   map[int]float64 // the last draw of the features no run has
+	scale   [groups]float64 // each prior group's scale (see evidenceScales)
 }
 
 type measuredConfig struct {
@@ -338,21 +366,35 @@ func (m *model) fit(recs []Record) (*posterior, error) {
 		ps.conf[k] = len(ps.index) + len(ps.conf)
 	}
 	p := len(ps.index) + len(ps.conf) + 1
-	prec := mat.NewSymDense(p, nil)
-	b := make([]float64, p)
-	for f, i := range ps.index {
-		sd := m.priorSD(f)
-		prec.SetSym(i, i, 1/(sd*sd))
-	}
-	for _, i := range ps.conf {
-		prec.SetSym(i, i, 1/(tsConfigSD*tsConfigSD))
-	}
 	mean := 0.0
 	for _, o := range runs {
 		mean += o.y / float64(len(runs))
 	}
-	prec.SetSym(p-1, p-1, 1.0/100)
-	b[p-1] = mean / 100
+	rows := make([]evidenceRow, len(runs))
+	for r, o := range runs {
+		idx, xs := ps.cols(o.c)
+		rows[r] = evidenceRow{idx: idx[:len(idx)-1], xs: xs[:len(xs)-1], y: o.y - mean, noise: math.Max(o.v, within)}
+	}
+	group := make([]int, p-1)
+	for f, i := range ps.index {
+		group[i] = m.group(f)
+	}
+	for _, i := range ps.conf {
+		group[i] = groupConfig
+	}
+	ps.scale = evidenceScales(rows, group)
+	prec := mat.NewSymDense(p, nil)
+	b := make([]float64, p)
+	for f, i := range ps.index {
+		sd := ps.sd(f)
+		prec.SetSym(i, i, 1/(sd*sd))
+	}
+	for _, i := range ps.conf {
+		sd := tsConfigSD * ps.scale[groupConfig]
+		prec.SetSym(i, i, 1/(sd*sd))
+	}
+	prec.SetSym(p-1, p-1, 1/interceptVar)
+	b[p-1] = mean / interceptVar
 	for _, o := range runs {
 		w := 1 / math.Max(o.v, within)
 		idx, xs := ps.cols(o.c)
@@ -468,7 +510,7 @@ func (ps *posterior) draw(rng *rand.Rand) ([]float64, error) {
 	ps.prior = map[int]float64{}
 	for f := range n {
 		if _, ok := ps.index[f]; !ok {
-			ps.prior[f] = tsTemper * ps.m.priorSD(f) * rng.NormFloat64()
+			ps.prior[f] = tsTemper * ps.sd(f) * rng.NormFloat64()
 		}
 	}
 	// A monotone number's slope, measured or not, is at least moreSlope.

@@ -125,3 +125,50 @@ func TestMemoryFractionRunsToTheEdge(t *testing.T) {
 		t.Errorf("%d of 20 proposals at mem 0.93; want nearly all at the edge the crashes taught", edge)
 	}
 }
+
+// The priors' scales are the study's: where one param's value triples the
+// score (and the other param's eight values do nothing), the main effects
+// keep at least half their scale-1 prior; where every config measures
+// within 2% of the others, they shrink to a quarter or less, so a lucky
+// run does not lift its values over the rest.
+func TestPriorScalesFollowTheRuns(t *testing.T) {
+	st, _, _ := openFake(t)
+	m, err := newModel(st, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		ep4    float64 // the factor ep=4 scores over ep=1
+		wantLo float64 // least main-effect scale
+		wantHi float64 // most main-effect scale
+	}{
+		{name: "ep=4 triples the score", ep4: 3, wantLo: 0.5, wantHi: 2},
+		{name: "no effect", ep4: 1, wantLo: 0.125, wantHi: 0.25},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var recs []Record
+			for _, ep := range []string{"1", "4"} {
+				for slots := 64; slots <= 512; slots += 64 {
+					p := space.Params{"ep": ep, "slots": slots}
+					cfg, err := st.Resolve(p, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					score := 100 * (1 + 0.02*math.Sin(float64(len(recs))))
+					if ep == "4" {
+						score *= tc.ep4
+					}
+					recs = append(recs, Record{Number: len(recs) + 1, State: StateComplete, Params: p, ConfigKey: configKey(cfg), Score: &score, ScoreOK: true})
+				}
+			}
+			ps, err := m.fit(recs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := ps.scale[groupMain]; s < tc.wantLo || s > tc.wantHi {
+				t.Errorf("main-effect scale %g (all %v), want %g to %g", s, ps.scale, tc.wantLo, tc.wantHi)
+			}
+		})
+	}
+}
