@@ -22,7 +22,7 @@ var scaleGrid = []float64{0.125, 0.25, 0.5, 1, 2}
 // scaleSpread is the standard deviation of the log of a group's scale
 // under its hyperprior: each group's prior spread is known to a factor of
 // two before the study measures anything.
-var scaleSpread = math.Ln2
+const scaleSpread = math.Ln2
 
 // interceptVar is the prior variance of the intercept about the runs' mean.
 const interceptVar = 100.0
@@ -47,16 +47,19 @@ func evidenceScales(rows []evidenceRow, group []int) [groups]float64 {
 	for g := range base {
 		base[g] = mat.NewSymDense(n, nil)
 	}
-	at := make([]map[int]float64, n)
+	at := make([]map[int]float64, n) // a row's value of each coefficient
 	for i, r := range rows {
 		at[i] = make(map[int]float64, len(r.idx))
 		for a, k := range r.idx {
-			at[i][k] += r.xs[a]
+			at[i][k] = r.xs[a]
 		}
 	}
-	for i := range rows {
+	// Summed in row i's order, not a map's: the same runs give the same
+	// scales, and a study the same proposals.
+	for i, r := range rows {
 		for j := i; j < n; j++ {
-			for k, xi := range at[i] {
+			for a, k := range r.idx {
+				xi := r.xs[a]
 				if xj, ok := at[j][k]; ok {
 					g := group[k]
 					sd := groupSD[g]
