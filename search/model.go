@@ -274,11 +274,11 @@ func (m *model) group(f int) int {
 // groupSD is the prior standard deviation of a group at scale 1.
 var groupSD = [groups]float64{groupMain: tsMainSD, groupPair: tsPairSD, groupNum: tsNumSD, groupConfig: tsConfigSD}
 
-// priorSD is the prior standard deviation of feature f at scale 1.
-func (m *model) priorSD(f int) float64 { return groupSD[m.group(f)] }
-
 // sd is feature f's prior standard deviation at the fitted scales.
-func (ps *posterior) sd(f int) float64 { return ps.m.priorSD(f) * ps.scale[ps.m.group(f)] }
+func (ps *posterior) sd(f int) float64 {
+	g := ps.m.group(f)
+	return groupSD[g] * ps.scale[g]
+}
 
 // posterior is the model fitted to a study's runs. Its coefficients are
 // those of the features some run has, one per measured config, and the
@@ -390,7 +390,7 @@ func (m *model) fit(recs []Record) (*posterior, error) {
 		prec.SetSym(i, i, 1/(sd*sd))
 	}
 	for _, i := range ps.conf {
-		sd := tsConfigSD * ps.scale[groupConfig]
+		sd := groupSD[groupConfig] * ps.scale[groupConfig]
 		prec.SetSym(i, i, 1/(sd*sd))
 	}
 	prec.SetSym(p-1, p-1, 1/interceptVar)
