@@ -370,9 +370,17 @@ func (m *model) fit(recs []Record) (*posterior, error) {
 	for _, o := range runs {
 		mean += o.y / float64(len(runs))
 	}
+	// Each run's coefficients (the intercept last) and noise, read once
+	// by the evidence and by the fit.
+	type cols struct {
+		idx []int
+		xs  []float64
+	}
+	runCols := make([]cols, len(runs))
 	rows := make([]evidenceRow, len(runs))
 	for r, o := range runs {
 		idx, xs := ps.cols(o.c)
+		runCols[r] = cols{idx, xs}
 		rows[r] = evidenceRow{idx: idx[:len(idx)-1], xs: xs[:len(xs)-1], y: o.y - mean, noise: math.Max(o.v, within)}
 	}
 	group := make([]int, p-1)
@@ -385,19 +393,15 @@ func (m *model) fit(recs []Record) (*posterior, error) {
 	ps.scale = evidenceScales(rows, group)
 	prec := mat.NewSymDense(p, nil)
 	b := make([]float64, p)
-	for f, i := range ps.index {
-		sd := ps.sd(f)
-		prec.SetSym(i, i, 1/(sd*sd))
-	}
-	for _, i := range ps.conf {
-		sd := groupSD[groupConfig] * ps.scale[groupConfig]
+	for i, g := range group {
+		sd := groupSD[g] * ps.scale[g]
 		prec.SetSym(i, i, 1/(sd*sd))
 	}
 	prec.SetSym(p-1, p-1, 1/interceptVar)
 	b[p-1] = mean / interceptVar
-	for _, o := range runs {
-		w := 1 / math.Max(o.v, within)
-		idx, xs := ps.cols(o.c)
+	for r, o := range runs {
+		w := 1 / rows[r].noise
+		idx, xs := runCols[r].idx, runCols[r].xs
 		for a, i := range idx {
 			b[i] += w * xs[a] * o.y
 			for c, j := range idx {
