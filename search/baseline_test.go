@@ -147,6 +147,16 @@ func TestBaselineHeldAgainstWinner(t *testing.T) {
 			if w == nil || w.Baseline == nil || w.Baseline.Trial != 0 || len(w.Baseline.Runs) != 2 {
 				t.Fatalf("winner %+v: want one held against the default's 2 runs", w)
 			}
+			// Every confirmed config is listed with its runs pooled: the
+			// report and rescore read them from the winner.
+			if len(w.Candidates) != 3 {
+				t.Errorf("%d candidates, want the 2 confirmed configs and the default: %+v", len(w.Candidates), w.Candidates)
+			}
+			for i, c := range w.Candidates {
+				if len(c.Runs) != 2 || (i > 0 && c.Pooled > w.Candidates[i-1].Pooled) {
+					t.Errorf("candidate %d: trial %d pooled %.1f over %d runs; want 2 runs each, best pooled first", i, c.Trial, c.Pooled, len(c.Runs))
+				}
+			}
 			if runs[defaultFlags] != 2 {
 				t.Errorf("the default ran %d times, want 2 (its first run and one confirmation)", runs[defaultFlags])
 			}

@@ -552,10 +552,50 @@ func declareAmong(st *space.Study, recs []Record, among map[string]bool) (w Winn
 		w.Reason = lead
 	}
 	w, ok = holdAgainst(w, ok, base)
+	if ok {
+		w.Candidates = append(w.Candidates, measuredAgain(st, recs, among, w.Candidates)...)
+		slices.SortStableFunc(w.Candidates, func(x, y Candidate) int {
+			if x.Pooled != y.Pooled {
+				return cmpFloat(y.Pooled, x.Pooled)
+			}
+			return x.Trial - y.Trial
+		})
+	}
 	for _, rec := range recs {
 		w.Through = max(w.Through, rec.Number)
 	}
 	return w, ok, nil
+}
+
+// measuredAgain pools the runs of every config the study measured again
+// (the keys in among when not nil: the confirmed ones; else every config
+// that ran more than once) that have does not list yet. The winner lists
+// them all, so the report and rescore pool every confirmed config's runs,
+// not its first run alone.
+func measuredAgain(st *space.Study, recs []Record, among map[string]bool, have []Candidate) []Candidate {
+	listed := map[int]bool{}
+	for _, c := range have {
+		listed[c.Trial] = true
+	}
+	ran := map[string]int{}
+	for _, rec := range recs {
+		if rec.ConfigKey != "" && RanToEnd(rec.State) {
+			ran[rec.ConfigKey]++
+		}
+	}
+	var out []Candidate
+	seen := map[string]bool{}
+	for _, rec := range recs {
+		k := rec.ConfigKey
+		if k == "" || seen[k] || ran[k] == 0 || (among != nil && !among[k]) || (among == nil && ran[k] < 2) {
+			continue
+		}
+		seen[k] = true
+		if c := candidateOf(st, k, recs); !listed[c.Trial] {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // candidateOf pools every run of the config with key.
