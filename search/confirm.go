@@ -89,12 +89,7 @@ func Declare(cands []Candidate) (w Winner, ok bool) {
 		return Winner{}, false
 	}
 	cands = slices.Clone(cands)
-	slices.SortStableFunc(cands, func(a, b Candidate) int {
-		if a.Pooled != b.Pooled {
-			return cmpFloat(b.Pooled, a.Pooled)
-		}
-		return a.Trial - b.Trial
-	})
+	slices.SortStableFunc(cands, bestPooledFirst)
 	top := cands[0]
 	tied := []Candidate{top}
 	for _, c := range cands[1:] {
@@ -167,12 +162,7 @@ func holdAgainst(w Winner, ok bool, base *Candidate) (Winner, bool) {
 			Reason: fmt.Sprintf("the engine default is the only confirmed config: pooled %.1f over %s (spread %.1f)", b.Pooled, runs(len(b.Runs)), b.Spread)}, true
 	}
 	all := append(slices.Clone(w.Candidates), b)
-	slices.SortStableFunc(all, func(x, y Candidate) int {
-		if x.Pooled != y.Pooled {
-			return cmpFloat(y.Pooled, x.Pooled)
-		}
-		return x.Trial - y.Trial
-	})
+	slices.SortStableFunc(all, bestPooledFirst)
 	w.Candidates, w.Baseline = all, &b
 	spread := math.Max(w.Spread, b.Spread)
 	if w.Pooled-b.Pooled > spread {
@@ -207,6 +197,15 @@ func spreadText(what string, spread float64, na, nb int) string {
 		return " (one run of each: no spread measured)"
 	}
 	return fmt.Sprintf("%s %.1f", what, spread)
+}
+
+// bestPooledFirst orders candidates by pooled score, highest first; a tie
+// goes to the earlier trial.
+func bestPooledFirst(a, b Candidate) int {
+	if a.Pooled != b.Pooled {
+		return cmpFloat(b.Pooled, a.Pooled)
+	}
+	return a.Trial - b.Trial
 }
 
 func cmpFloat(a, b float64) int {
@@ -554,12 +553,7 @@ func declareAmong(st *space.Study, recs []Record, among map[string]bool) (w Winn
 	w, ok = holdAgainst(w, ok, base)
 	if ok {
 		w.Candidates = append(w.Candidates, measuredAgain(st, recs, among, w.Candidates)...)
-		slices.SortStableFunc(w.Candidates, func(x, y Candidate) int {
-			if x.Pooled != y.Pooled {
-				return cmpFloat(y.Pooled, x.Pooled)
-			}
-			return x.Trial - y.Trial
-		})
+		slices.SortStableFunc(w.Candidates, bestPooledFirst)
 	}
 	for _, rec := range recs {
 		w.Through = max(w.Through, rec.Number)
