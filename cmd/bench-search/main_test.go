@@ -160,6 +160,27 @@ func TestBadInput(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("name: x\nparams: 3\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Landscapes with nothing to score a search against: no config
+	// meets the SLO, or none starts (out of memory at every fraction: it
+	// panicked indexing the best).
+	small, err := os.ReadFile(smallStudy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	variant := func(name, old, new string) string {
+		p := filepath.Join(t.TempDir(), name)
+		b := bytes.Replace(small, []byte(old), []byte(new), 1)
+		if bytes.Equal(b, small) {
+			t.Fatalf("%s: %q not in %s", name, old, smallStudy)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	unmet := variant("unmet.yaml", "max_s: 2}", "max_s: 0.001}")
+	nostart := variant("nostart.yaml", "choices: [0.78, 0.85]", "choices: [0.97, 0.98]")
+	tiny := []string{"--draws", "1", "--screen-draws", "0", "--seeds", "1", "--budget", "2", "--methods", "random"}
 	for _, args := range [][]string{
 		{"--study", smallStudy, "--draws", "0"},
 		{"--study", smallStudy, "--noise-cv", "-1"},
@@ -167,6 +188,8 @@ func TestBadInput(t *testing.T) {
 		{"--study", bad},
 		{"--study", smallStudy, "extra"},
 		{"--no-such-flag"},
+		append([]string{"--study", unmet}, tiny...),
+		append([]string{"--study", nostart}, tiny...),
 	} {
 		var out, errOut bytes.Buffer
 		if code := run(context.Background(), append(args, "--cache", t.TempDir()), &out, &errOut); code != 2 || errOut.Len() == 0 {
