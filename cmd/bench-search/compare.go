@@ -253,6 +253,9 @@ func (c *comparison) trace(m method, seed int, recs []search.Record, rungs []run
 		score := "-"
 		if rec.Score != nil {
 			score = fmt.Sprintf("%.0f", *rec.Score)
+			if !rec.ScoreOK {
+				score += "!" // missed the SLO or a gate
+			}
 		}
 		why := rec.FailureClass
 		if rec.State == search.StateInfeasible || rec.State == search.StatePruned {
@@ -268,7 +271,11 @@ func (c *comparison) trace(m method, seed int, recs []search.Record, rungs []run
 		fmt.Fprintf(&b, "  %3d %-10s score %-6s true %-6s %s %s  %s\n", rec.Number, rec.State, score, truth, confirm, paramsLine(rec.Params), why)
 	}
 	for _, r := range rungs {
-		fmt.Fprintf(&b, "  budget %d: %d launches, declared %.1f%%\n", r.Budget, r.Launches, r.Truth*100)
+		declared := "nothing"
+		if r.Winner >= 0 {
+			declared = fmt.Sprintf("trial %d, %.1f%%", r.Winner, r.Truth*100)
+		}
+		fmt.Fprintf(&b, "  budget %d: %d launches, declared %s\n", r.Budget, r.Launches, declared)
 	}
 	fmt.Fprint(c.Trace, b.String())
 }

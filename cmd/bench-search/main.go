@@ -94,7 +94,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	from := fs.String("landscape-from", "", "use this cached landscape file instead of the one keyed by the study (without --suite)")
 	noShare := fs.Bool("no-share", false, "measure every config itself instead of sharing measurements between configs that behave the same (slow; checks the sharing)")
 	quiet := fs.Bool("q", false, "no progress lines")
-	trace := fs.Bool("trace", false, "print every trial of every search of ours (state, params, measured and true score) to stderr")
+	trace := fs.Bool("trace", false, "print every trial of every search of ours (state, params, measured score with ! where it missed the SLO or a gate, true score) and the trial each budget declares, to stderr")
 	tablePath := fs.String("table", "", "measured table (see --record-table) of --study's space: the landscape and every launch come from it instead of the simulator")
 	runsPath := fs.String("runs", "", "write every search's result to this file, one JSON object per line (landscape, method, seed, launches to 97%, first launch of a config within 97%, crash launches, regret after each launch): for paired comparisons between builds over the same seeds")
 	only := fs.String("methods", strings.Join(reported, ","), "comma-separated methods to run; all: "+methodNames())

@@ -50,6 +50,8 @@ type rung struct {
 	// Truth is the declared winner's true score over the best; 0 when the
 	// study declared nothing.
 	Truth float64
+	// Winner is the declared trial's number (-1: none).
+	Winner int
 	// Crash, Infeasible: launches that crashed, launches of statically
 	// infeasible configs.
 	Crash, Infeasible int
@@ -197,7 +199,7 @@ func (r *replayed) Stop(context.Context) (*launcher.Failure, error) { return r.m
 // and scores the winner it declares.
 func (c *comparison) study(ctx context.Context, m method, seed, budget int, mem *memo, index map[string]int, best float64) (rung, []search.Record, error) {
 	ls := c.Landscape
-	r := rung{Budget: budget}
+	r := rung{Budget: budget, Winner: -1}
 	st := c.studyOf(m, seed, budget)
 	dir, err := os.MkdirTemp(scratch(), "bench-search-")
 	if err != nil {
@@ -232,7 +234,7 @@ func (c *comparison) study(ctx context.Context, m method, seed, budget int, mem 
 		}
 	}
 	if sum.Best != nil {
-		r.Truth = c.truth(*sum.Best, index, best)
+		r.Truth, r.Winner = c.truth(*sum.Best, index, best), sum.Best.Number
 	}
 	return r, sum.Records, nil
 }
@@ -272,14 +274,14 @@ func (c *comparison) anytime(ctx context.Context, m method, seed int, index map[
 		if !search.RanToEnd(rec.State) {
 			continue
 		}
-		r := rung{Budget: len(rungs) + 1, Launches: len(rungs) + 1, Crash: full.Crash, Infeasible: full.Infeasible}
+		r := rung{Budget: len(rungs) + 1, Launches: len(rungs) + 1, Winner: -1, Crash: full.Crash, Infeasible: full.Infeasible}
 		w, ok, err := search.DeclareFrom(&st, recs[:i+1])
 		if err != nil {
 			return nil, nil, err
 		}
 		for _, d := range recs[:i+1] {
 			if ok && d.Number == w.Trial {
-				r.Truth = c.truth(d, index, best)
+				r.Truth, r.Winner = c.truth(d, index, best), d.Number
 			}
 		}
 		rungs = append(rungs, r)
