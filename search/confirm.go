@@ -563,7 +563,7 @@ func declareAmong(st *space.Study, recs []Record, among map[string]bool) (w Winn
 
 // measuredAgain pools the runs of every config the study measured again
 // (the keys in among when not nil: the confirmed ones; else every config
-// that ran more than once) that have does not list yet. The winner lists
+// that ran more than once), leaving out those have lists. The winner lists
 // them all, so the report and rescore pool every confirmed config's runs,
 // not its first run alone.
 func measuredAgain(st *space.Study, recs []Record, among map[string]bool, have []Candidate) []Candidate {

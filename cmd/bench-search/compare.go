@@ -115,8 +115,8 @@ var crashClasses = map[string]bool{
 // Run runs every method Seeds times.
 func (c *comparison) Run(ctx context.Context, ms []method) ([]searchRun, error) {
 	ls := c.Landscape
-	if ls.Best < 0 || ls.Configs[ls.Best].Mean <= 0 {
-		return nil, fmt.Errorf("the landscape has no config with a positive true score: nothing to find")
+	if !ls.found() {
+		return nil, errNothingToFind
 	}
 	index := map[string]int{}
 	for i, ct := range ls.Configs {

@@ -71,6 +71,16 @@ type Landscape struct {
 	replay *tableReplay
 }
 
+// errNothingToFind: regret and "within 97% of the best" are fractions of
+// the best, so a landscape without one scores no search.
+var errNothingToFind = errors.New("no config of the space starts and meets the study's SLO on this landscape: nothing to search for")
+
+// found reports whether some config of the landscape has a positive true
+// score.
+func (ls *Landscape) found() bool {
+	return ls.Best >= 0 && ls.Configs[ls.Best].Mean > 0
+}
+
 // ConfigTruth is one config of the space.
 type ConfigTruth struct {
 	Params space.Params `json:"params"`

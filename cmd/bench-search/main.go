@@ -213,10 +213,8 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		if *onlyLandscape {
 			continue
 		}
-		if ls.Best < 0 || ls.Configs[ls.Best].Mean <= 0 {
-			// Regret and "within 97% of the best" are fractions of the
-			// best: with none, no search can be scored.
-			fmt.Fprintf(stderr, "bench-search: %s: no config of the space starts and meets the study's SLO on this landscape (see the summary above); nothing to search for: widen the params or the SLO\n", m.Study)
+		if !ls.found() {
+			fmt.Fprintf(stderr, "bench-search: %s: %v (see the summary above): widen the params or the SLO\n", m.Study, errNothingToFind)
 			return 2
 		}
 		pre := search.Check(st, os.Getenv)
