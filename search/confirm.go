@@ -571,21 +571,19 @@ func measuredAgain(st *space.Study, recs []Record, among map[string]bool, have [
 	for _, c := range have {
 		listed[c.Trial] = true
 	}
-	ran := map[string]int{}
-	for _, rec := range recs {
-		if rec.ConfigKey != "" && RanToEnd(rec.State) {
-			ran[rec.ConfigKey]++
-		}
+	least := 2 // runs a config needs to be listed
+	if among != nil {
+		least = 1
 	}
 	var out []Candidate
 	seen := map[string]bool{}
 	for _, rec := range recs {
 		k := rec.ConfigKey
-		if k == "" || seen[k] || ran[k] == 0 || (among != nil && !among[k]) || (among == nil && ran[k] < 2) {
+		if k == "" || seen[k] || (among != nil && !among[k]) {
 			continue
 		}
 		seen[k] = true
-		if c := candidateOf(st, k, recs); !listed[c.Trial] {
+		if c := candidateOf(st, k, recs); len(c.Runs) >= least && !listed[c.Trial] {
 			out = append(out, c)
 		}
 	}
