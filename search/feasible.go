@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 
+	"github.com/sgtune/sgtune/engine"
 	"github.com/sgtune/sgtune/space"
 )
 
@@ -25,13 +26,23 @@ import (
 // at random among those a crash had, and the next proposal would repeat
 // the crash with another. Nothing is ruled out for good: a config every
 // cover blames keeps crashFloor of a chance, so an early explanation can
-// still be tested when nothing else is worth more.
+// still be tested when nothing else is worth more. An out-of-memory
+// failure is first the memory fraction's (see oomElsewhere).
 var crashRulePrior = [...]float64{1: 0.1, 2: 0.01, 3: 0.003}
 
 // crashSilentPrior is the prior of a rule of one value that passes the
 // engine no flag (CUDA graphs on, radix cache on): what every deployment
 // runs rarely crashes by itself.
 const crashSilentPrior = 0.002
+
+// oomElsewhere divides the prior of a rule that explains an out-of-memory
+// failure without the engine's memory fraction (moreMemory). The fraction
+// is the static pools' share of the GPU; what it leaves is all that
+// activations, CUDA graphs and prefill chunks get, so an engineer lowers
+// it first. The other values stay possible causes, a step behind: a 32K
+// prefill chunk can run out at every fraction in range. Measured against
+// no such rule and against 10, 100 seeds each (docs/study-file.md).
+const oomElsewhere = 3
 
 const (
 	crashDraws  = 8
@@ -103,12 +114,14 @@ type crashRule struct {
 func newFeasibility(st *space.Study, recs []Record, names []string, silent map[literal]bool, rng *rand.Rand) feasibility {
 	var ran []Record
 	var failed [][]literal
+	var oom []bool // of failed
 	for _, r := range recs {
 		switch {
 		case r.State == StateComplete || r.State == StatePruned:
 			ran = append(ran, r)
 		case r.State == StateFailed && deterministicClasses[r.FailureClass] && r.InSpace():
 			failed = append(failed, conditions(st, r.Params, names))
+			oom = append(oom, r.FailureClass == engine.ClassOOM)
 		}
 	}
 	var cands []crashRule
@@ -134,11 +147,45 @@ func newFeasibility(st *space.Study, recs []Record, names []string, silent map[l
 			}
 		}
 	}
+	if mem := memoryParam(st); mem != "" {
+		for j, c := range cands {
+			if oomBlamedElsewhere(c, oom, mem) {
+				cands[j].cost += math.Log(oomElsewhere)
+			}
+		}
+	}
 	var f feasibility
 	for range crashDraws {
 		f.covers = append(f.covers, drawCover(cands, len(failed), rng))
 	}
 	return f
+}
+
+// memoryParam is the name of the param on the engine's memory fraction
+// flag, "" when the study searches none.
+func memoryParam(st *space.Study) string {
+	for _, par := range st.Params {
+		if moreMemory(st, par) {
+			return par.Name
+		}
+	}
+	return ""
+}
+
+// oomBlamedElsewhere reports whether rule c explains an out-of-memory
+// failure without a literal on the memory fraction param mem.
+func oomBlamedElsewhere(c crashRule, oom []bool, mem string) bool {
+	for _, l := range c.rule {
+		if l.name == mem {
+			return false
+		}
+	}
+	for _, i := range c.explain {
+		if oom[i] {
+			return true
+		}
+	}
+	return false
 }
 
 // conditions are the literals a failed config offers as causes: its

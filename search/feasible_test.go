@@ -8,13 +8,21 @@ import (
 	"github.com/sgtune/sgtune/space"
 )
 
+// feasibilityStudy is the fake study with slots, radix and a memory
+// fraction (mem) added to its params.
+func feasibilityStudy(t *testing.T) *space.Study {
+	t.Helper()
+	st, _, _ := openFake(t, "- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}",
+		"- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}\n  - {name: radix, type: bool, values: {false: --disable-radix-cache}}\n  - {name: mem, type: float, low: 0.80, high: 0.96, step: 0.01, flag: --mem-fraction-static}")
+	return st
+}
+
 // The covers blame what the failures share and no success refutes: ep=1
 // with radix off (two crashes; ep=4 ran without radix, ep=1 ran with it),
 // and a memory fraction at or above the one that ran out of memory, not
 // those below it that ran.
 func TestFeasibility(t *testing.T) {
-	st, _, _ := openFake(t, "- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}",
-		"- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}\n  - {name: radix, type: bool, values: {false: --disable-radix-cache}}\n  - {name: mem, type: float, low: 0.80, high: 0.96, step: 0.01, flag: --mem-fraction-static}")
+	st := feasibilityStudy(t)
 	rec := func(n int, state, class, ep string, radix bool, mem float64) Record {
 		return Record{Number: n, State: state, FailureClass: class, Params: map[string]any{"ep": ep, "radix": radix, "slots": 128, "mem": mem}}
 	}
@@ -49,5 +57,42 @@ func TestFeasibility(t *testing.T) {
 		if blamed := got < free-1e-9; blamed != tc.blamed {
 			t.Errorf("%s: log chance to run %.2f, blamed %v; want blamed %v", tc.name, got, blamed, tc.blamed)
 		}
+	}
+}
+
+// An out-of-memory failure is the memory fraction's first: most covers
+// blame the fraction at and above the one that ran out, whatever the other
+// values, and fewer blame the config's other values at any fraction.
+// Without oomElsewhere every single value would be blamed alike (about a
+// third of the covers each).
+func TestOOMBlamesTheMemoryFractionFirst(t *testing.T) {
+	st := feasibilityStudy(t)
+	m, err := newModel(st, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := []Record{{Number: 1, State: StateFailed, FailureClass: "oom", Params: map[string]any{"ep": "4", "radix": true, "slots": 128, "mem": 0.90}}}
+	higher := space.Params{"ep": "1", "radix": false, "slots": 256, "mem": 0.93}
+	lower := space.Params{"ep": "4", "radix": true, "slots": 128, "mem": 0.86}
+	covers, hitHigher, hitLower := 0, 0, 0
+	for seed := range uint64(50) {
+		f := newFeasibility(st, recs, m.names, m.silent, rand.New(rand.NewPCG(seed, 7)))
+		for _, rules := range f.covers {
+			covers++
+			for _, rule := range rules {
+				if matches(higher, rule) {
+					hitHigher++
+				}
+				if matches(lower, rule) {
+					hitLower++
+				}
+			}
+		}
+	}
+	if share := float64(hitHigher) / float64(covers); share < 0.5 {
+		t.Errorf("a higher fraction with other values is blamed by %.2f of the covers; want most", share)
+	}
+	if share := float64(hitLower) / float64(covers); share > 0.4 {
+		t.Errorf("a lower fraction with the same values is blamed by %.2f of the covers; want fewer", share)
 	}
 }
