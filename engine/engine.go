@@ -76,6 +76,12 @@ type Engine struct {
 	// still starts and serves, never a slower one: the search treats a
 	// number param on this flag as monotone (docs/study-file.md).
 	MemoryFractionFlag string
+	// WorkspaceFlags take numbers whose larger values need more of the
+	// memory the fraction leaves outside the static pools (prefill
+	// chunks' activations, CUDA graphs' buffers): a config that ran out
+	// of memory blames its value of one and every larger value, never a
+	// smaller one (docs/study-file.md).
+	WorkspaceFlags []string
 
 	// ToolParserFlag turns on tool-call parsing in the OpenAI API; without
 	// it a tool-call quality gate cannot pass ("" when the engine needs

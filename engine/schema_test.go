@@ -222,15 +222,16 @@ func TestSGLangAddedTuningFlags(t *testing.T) {
 }
 
 // The flags an engine names for sgtune's own use (the model, the API, the
-// memory fraction the search treats as monotone) are flags its bundled
-// schema knows.
+// memory fraction the search treats as monotone, the workspace flags) are
+// flags its bundled schema knows.
 func TestNamedFlagsAreInTheSchema(t *testing.T) {
 	for _, e := range All() {
 		s, ok, err := e.Schema("")
 		if err != nil || !ok {
 			t.Fatalf("%s: schema: %v %v", e.Name, ok, err)
 		}
-		for _, f := range []string{e.ModelFlag, e.ServedNameFlag, e.APIKeyFlag, e.HostFlag, e.PortFlag, e.MetricsFlag, e.ToolParserFlag, e.MemoryFractionFlag} {
+		named := []string{e.ModelFlag, e.ServedNameFlag, e.APIKeyFlag, e.HostFlag, e.PortFlag, e.MetricsFlag, e.ToolParserFlag, e.MemoryFractionFlag}
+		for _, f := range append(named, e.WorkspaceFlags...) {
 			if f == "" {
 				continue
 			}

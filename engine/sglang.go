@@ -30,6 +30,9 @@ var SGLang = &Engine{
 	ToolParserFlag: "--tool-call-parser",
 	// ref §2: the pool is what --mem-fraction-static leaves after weights.
 	MemoryFractionFlag: "--mem-fraction-static",
+	// ref §1 Auto-adjustments: the default fraction reserves 512 MB +
+	// max(chunked, 2048) x 1.5 MB + the graphs' reserve outside the pools.
+	WorkspaceFlags: []string{"--chunked-prefill-size", "--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"},
 	// ref §4: /health_generate runs a 1-token generate; 503 until warmup.
 	HealthPath: "/health_generate",
 	// ref §3 Startup 10 (http_server.py).

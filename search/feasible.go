@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 
 	"github.com/sgtune/sgtune/engine"
@@ -27,7 +28,8 @@ import (
 // the crash with another. Nothing is ruled out for good: a config every
 // cover blames keeps crashFloor of a chance, so an early explanation can
 // still be tested when nothing else is worth more. An out-of-memory
-// failure is first the memory fraction's (see oomElsewhere).
+// failure is first the memory fraction's (see oomElsewhere), and blames a
+// workspace flag's larger values with its own (see conditions).
 var crashRulePrior = [...]float64{1: 0.1, 2: 0.01, 3: 0.003}
 
 // crashSilentPrior is the prior of a rule of one value that passes the
@@ -70,9 +72,23 @@ func (l literal) in(params map[string]any) bool {
 	if !l.atLeast {
 		return fmt.Sprint(v) == l.value
 	}
-	x, ok := space.Number(v)
+	x, ok := number(v)
 	t, err := strconv.ParseFloat(l.value, 64)
 	return ok && err == nil && x >= t
+}
+
+// number is v as a number: a number, or a categorical choice that spells
+// one ("8192").
+func number(v any) (float64, bool) {
+	if x, ok := space.Number(v); ok {
+		return x, true
+	}
+	s, ok := v.(string)
+	if !ok {
+		return 0, false
+	}
+	x, err := strconv.ParseFloat(s, 64)
+	return x, err == nil
 }
 
 // literalsOf returns a config's values of the named params, in their order.
@@ -120,8 +136,9 @@ func newFeasibility(st *space.Study, recs []Record, names []string, silent map[l
 		case r.State == StateComplete || r.State == StatePruned:
 			ran = append(ran, r)
 		case r.State == StateFailed && deterministicClasses[r.FailureClass] && r.InSpace():
-			failed = append(failed, conditions(st, r.Params, names))
-			oom = append(oom, r.FailureClass == engine.ClassOOM)
+			isOOM := r.FailureClass == engine.ClassOOM
+			failed = append(failed, conditions(st, r.Params, names, isOOM))
+			oom = append(oom, isOOM)
 		}
 	}
 	var cands []crashRule
@@ -189,9 +206,17 @@ func oomBlamedElsewhere(c crashRule, oom []bool, mem string) bool {
 }
 
 // conditions are the literals a failed config offers as causes: its
-// discrete values, and each number at or above its value.
-func conditions(st *space.Study, params map[string]any, names []string) []literal {
+// discrete values, and each number at or above its value. A config that
+// ran out of memory (oom) offers its value of a param on one of the
+// engine's workspace flags at or above it too: a larger prefill chunk or
+// CUDA graph batch needs more of the memory the fraction leaves.
+func conditions(st *space.Study, params map[string]any, names []string, oom bool) []literal {
 	out := literalsOf(params, names)
+	for i, l := range out {
+		if _, ok := number(params[l.name]); ok && oom && workspace(st, l.name) {
+			out[i].atLeast = true
+		}
+	}
 	for _, par := range st.Params {
 		if regionParam(par) {
 			continue
@@ -201,6 +226,21 @@ func conditions(st *space.Study, params map[string]any, names []string) []litera
 		}
 	}
 	return out
+}
+
+// workspace reports whether the param named name is on one of the
+// engine's WorkspaceFlags.
+func workspace(st *space.Study, name string) bool {
+	k := st.Engine.Kind
+	if k == nil {
+		return false
+	}
+	for _, par := range st.Params {
+		if par.Name == name {
+			return slices.Contains(k.WorkspaceFlags, par.Flag)
+		}
+	}
+	return false
 }
 
 // refuted reports whether a config that ran meets every literal of rule.

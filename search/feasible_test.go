@@ -96,3 +96,34 @@ func TestOOMBlamesTheMemoryFractionFirst(t *testing.T) {
 		t.Errorf("a lower fraction with the same values is blamed by %.2f of the covers; want fewer", share)
 	}
 }
+
+// A config that ran out of memory blames its prefill chunk and every
+// larger one (a workspace flag), never a smaller one: a chunk's
+// activations come out of the memory the fraction leaves.
+func TestOOMBlamesLargerChunks(t *testing.T) {
+	st, _, _ := openFake(t, "- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}",
+		"- {name: chunk, type: categorical, choices: [4096, 8192, 16384], flag: --chunked-prefill-size}\n  - {name: mem, type: float, low: 0.80, high: 0.96, step: 0.01, flag: --mem-fraction-static}")
+	m, err := newModel(st, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := []Record{{Number: 1, State: StateFailed, FailureClass: "oom", Params: map[string]any{"ep": "4", "chunk": "8192", "mem": 0.90}}}
+	blamed := map[string]int{}
+	for seed := range uint64(50) {
+		f := newFeasibility(st, recs, m.names, m.silent, rand.New(rand.NewPCG(seed, 7)))
+		for _, rules := range f.covers {
+			for _, chunk := range []string{"4096", "16384"} {
+				p := space.Params{"ep": "1", "chunk": chunk, "mem": 0.85}
+				for _, rule := range rules {
+					if matches(p, rule) {
+						blamed[chunk]++
+						break
+					}
+				}
+			}
+		}
+	}
+	if blamed["16384"] == 0 || blamed["4096"] > 0 {
+		t.Errorf("covers blaming a 16384 chunk: %d (want some), a 4096 chunk: %d (want none)", blamed["16384"], blamed["4096"])
+	}
+}
