@@ -60,6 +60,30 @@ func TestFeasibility(t *testing.T) {
 	}
 }
 
+// blamedShare is the share of the covers that blame p, over 50 draws of
+// crashDraws covers of recs' failures.
+func blamedShare(t *testing.T, st *space.Study, recs []Record, p space.Params) float64 {
+	t.Helper()
+	m, err := newModel(st, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	covers, blamed := 0, 0
+	for seed := range uint64(50) {
+		f := newFeasibility(st, recs, m.names, m.silent, rand.New(rand.NewPCG(seed, 7)))
+		for _, rules := range f.covers {
+			covers++
+			for _, rule := range rules {
+				if matches(p, rule) {
+					blamed++
+					break
+				}
+			}
+		}
+	}
+	return float64(blamed) / float64(covers)
+}
+
 // An out-of-memory failure is the memory fraction's first: most covers
 // blame the fraction at and above the one that ran out, whatever the other
 // values, and fewer blame the config's other values at any fraction.
@@ -67,32 +91,11 @@ func TestFeasibility(t *testing.T) {
 // third of the covers each).
 func TestOOMBlamesTheMemoryFractionFirst(t *testing.T) {
 	st := feasibilityStudy(t)
-	m, err := newModel(st, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	recs := []Record{{Number: 1, State: StateFailed, FailureClass: "oom", Params: map[string]any{"ep": "4", "radix": true, "slots": 128, "mem": 0.90}}}
-	higher := space.Params{"ep": "1", "radix": false, "slots": 256, "mem": 0.93}
-	lower := space.Params{"ep": "4", "radix": true, "slots": 128, "mem": 0.86}
-	covers, hitHigher, hitLower := 0, 0, 0
-	for seed := range uint64(50) {
-		f := newFeasibility(st, recs, m.names, m.silent, rand.New(rand.NewPCG(seed, 7)))
-		for _, rules := range f.covers {
-			covers++
-			for _, rule := range rules {
-				if matches(higher, rule) {
-					hitHigher++
-				}
-				if matches(lower, rule) {
-					hitLower++
-				}
-			}
-		}
-	}
-	if share := float64(hitHigher) / float64(covers); share < 0.5 {
+	if share := blamedShare(t, st, recs, space.Params{"ep": "1", "radix": false, "slots": 256, "mem": 0.93}); share < 0.5 {
 		t.Errorf("a higher fraction with other values is blamed by %.2f of the covers; want most", share)
 	}
-	if share := float64(hitLower) / float64(covers); share > 0.4 {
+	if share := blamedShare(t, st, recs, space.Params{"ep": "4", "radix": true, "slots": 128, "mem": 0.86}); share > 0.4 {
 		t.Errorf("a lower fraction with the same values is blamed by %.2f of the covers; want fewer", share)
 	}
 }
@@ -103,27 +106,10 @@ func TestOOMBlamesTheMemoryFractionFirst(t *testing.T) {
 func TestOOMBlamesLargerChunks(t *testing.T) {
 	st, _, _ := openFake(t, "- {name: slots, type: int, low: 64, high: 512, step: 64, flag: --max-mamba-cache-size}",
 		"- {name: chunk, type: categorical, choices: [4096, 8192, 16384], flag: --chunked-prefill-size}\n  - {name: mem, type: float, low: 0.80, high: 0.96, step: 0.01, flag: --mem-fraction-static}")
-	m, err := newModel(st, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	recs := []Record{{Number: 1, State: StateFailed, FailureClass: "oom", Params: map[string]any{"ep": "4", "chunk": "8192", "mem": 0.90}}}
-	blamed := map[string]int{}
-	for seed := range uint64(50) {
-		f := newFeasibility(st, recs, m.names, m.silent, rand.New(rand.NewPCG(seed, 7)))
-		for _, rules := range f.covers {
-			for _, chunk := range []string{"4096", "16384"} {
-				p := space.Params{"ep": "1", "chunk": chunk, "mem": 0.85}
-				for _, rule := range rules {
-					if matches(p, rule) {
-						blamed[chunk]++
-						break
-					}
-				}
-			}
-		}
-	}
-	if blamed["16384"] == 0 || blamed["4096"] > 0 {
-		t.Errorf("covers blaming a 16384 chunk: %d (want some), a 4096 chunk: %d (want none)", blamed["16384"], blamed["4096"])
+	larger := blamedShare(t, st, recs, space.Params{"ep": "1", "chunk": "16384", "mem": 0.85})
+	smaller := blamedShare(t, st, recs, space.Params{"ep": "1", "chunk": "4096", "mem": 0.85})
+	if larger == 0 || smaller > 0 {
+		t.Errorf("covers blaming a 16384 chunk: %.2f (want some), a 4096 chunk: %.2f (want none)", larger, smaller)
 	}
 }
