@@ -208,8 +208,8 @@ func oomBlamedElsewhere(c crashRule, oom []bool, mem string) bool {
 // conditions are the literals a failed config offers as causes: its
 // discrete values, and each number at or above its value. A config that
 // ran out of memory (oom) offers its value of a param on one of the
-// engine's workspace flags at or above it too: a larger prefill chunk or
-// CUDA graph batch needs more of the memory the fraction leaves.
+// engine's workspace flags as that value or more, like a number: a larger
+// prefill chunk or CUDA graph batch needs more of what the fraction leaves.
 func conditions(st *space.Study, params map[string]any, names []string, oom bool) []literal {
 	out := literalsOf(params, names)
 	for i, l := range out {
