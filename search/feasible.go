@@ -77,18 +77,13 @@ func (l literal) in(params map[string]any) bool {
 	return ok && err == nil && x >= t
 }
 
-// number is v as a number: a number, or a categorical choice that spells
-// one ("8192").
+// number is v as a number: a number, or a categorical choice that reads
+// as one ("8192"), as expressions read it.
 func number(v any) (float64, bool) {
-	if x, ok := space.Number(v); ok {
-		return x, true
+	if s, ok := v.(string); ok {
+		v = space.ChoiceValue(s)
 	}
-	s, ok := v.(string)
-	if !ok {
-		return 0, false
-	}
-	x, err := strconv.ParseFloat(s, 64)
-	return x, err == nil
+	return space.Number(v)
 }
 
 // literalsOf returns a config's values of the named params, in their order.

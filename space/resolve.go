@@ -228,7 +228,7 @@ func (s *Study) env(p Params, pred *engine.Prediction) map[string]any {
 		case int64, float64, bool:
 			env[k] = x
 		case string:
-			env[k] = choiceValue(x)
+			env[k] = ChoiceValue(x)
 		}
 	}
 	if pred != nil {
@@ -249,9 +249,10 @@ func (s *Study) env(p Params, pred *engine.Prediction) map[string]any {
 	return env
 }
 
-// choiceValue is a categorical choice as expressions see it: a number when
-// it reads as one (ep == 4), else the text.
-func choiceValue(s string) any {
+// ChoiceValue is a categorical choice as expressions see it: a number when
+// it reads as one (ep == 4), else the text. The search reads a choice as a
+// number the same way in its crash rules (chunked_prefill >= 8192).
+func ChoiceValue(s string) any {
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 		return n
 	}
@@ -289,7 +290,7 @@ func (s *Study) domainOf(name string) *domain {
 	}
 	kinds := map[string]bool{}
 	for _, c := range p.Choices {
-		v := choiceValue(c)
+		v := ChoiceValue(c)
 		d.values = append(d.values, v)
 		kinds[kindOf(v)] = true
 	}
