@@ -149,7 +149,7 @@ func (c *client) streamFrom(ctx context.Context, body []byte, w *watch, collect 
 		origin = start
 	}
 	if out.trace != nil {
-		out.trace.Start = start.UnixNano()
+		out.trace.begin(start)
 	}
 	var att attempt
 	resp, err := c.send(req.WithContext(att.watch(ctx)))
@@ -245,7 +245,7 @@ func (c *client) streamFrom(ctx context.Context, body []byte, w *watch, collect 
 	if tr := out.trace; tr != nil {
 		tr.OK, tr.Header = rec.OK, resp.Header
 		if !first.IsZero() {
-			tr.FirstToken = first.UnixNano()
+			tr.FirstToken = tr.at(first)
 		}
 	}
 	if usage >= 0 {

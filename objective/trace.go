@@ -36,11 +36,26 @@ type RequestTrace struct {
 	// Header is the response header (a test server may report its own
 	// timestamps there).
 	Header http.Header
+
+	t0 time.Time // Start, with its monotonic reading
+}
+
+// begin sets the trace's origin, Start, to t.
+func (tr *RequestTrace) begin(t time.Time) {
+	tr.Start, tr.t0 = t.UnixNano(), t
+}
+
+// at is t on the trace's timeline: Start's wall-clock time plus the
+// monotonic time since, so the difference of two fields is the duration
+// the load generator measured (FirstToken - Start is the record's TTFT)
+// even when the wall clock is adjusted during the request.
+func (tr *RequestTrace) at(t time.Time) int64 {
+	return tr.Start + t.Sub(tr.t0).Nanoseconds()
 }
 
 // withTrace returns ctx carrying an httptrace hook that fills tr.
 func withTrace(ctx context.Context, tr *RequestTrace) context.Context {
-	now := func() int64 { return time.Now().UnixNano() }
+	now := func() int64 { return tr.at(time.Now()) }
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(i httptrace.GotConnInfo) {
 			tr.GotConn, tr.Reused = now(), i.Reused
