@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/sgtune/sgtune/engine"
 )
 
 // TestDPReplicasPlan: --dp-size without DP attention runs replicas, each
@@ -264,5 +266,56 @@ func TestRunningFaultOnChunkedPrompt(t *testing.T) {
 				t.Errorf("crashed %v (%v), want %v", v.Crashed(), err, tc.crash)
 			}
 		})
+	}
+}
+
+// TestOOMMessageStatesTheShortfall: an out-of-memory message says what its
+// allocation lacked as PyTorch does (tried - free), and that is what the
+// fraction must drop: the same config a little further down starts, a
+// little less far down still fails. It holds for the headroom edge, the
+// oom_mem_fraction edge and a startup_oom rule's own edge.
+func TestOOMMessageStatesTheShortfall(t *testing.T) {
+	p := mustProfile(t, "llama-3.1-8b-h100x2")
+	q := *p
+	q.Memory.OOMHeadroom = OOMHeadroom{BaseGB: 2, ChunkMBPerToken: 0.5, GraphMBPerBS: 10}
+	r := *p
+	r.Faults = append(slices.Clone(p.Faults), FaultRule{Name: "long chunks", When: map[string]any{"chunked_prefill_size": map[string]any{"gt": 8192}, "mem_fraction_static": map[string]any{"gt": 0.85}},
+		Effect: FaultEffect{Kind: "startup_oom"}})
+	oomAt := func(p *Profile, argv string, mf float64) (string, bool) {
+		a, pl := resolveArgv(t, p, fmt.Sprintf("--tp 2 %s --mem-fraction-static %.4f", argv, mf))
+		if pl.Err != nil && pl.Err.Kind == "oom" {
+			return pl.Err.Lines[0], true
+		}
+		rules, err := MatchFaults(p.Faults, pl.Facts(a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := &startup{p: p, pl: pl, rules: rules}
+		if st.hasFault("startup_oom") {
+			return st.faultOOM().Lines[0], true
+		}
+		return "", false
+	}
+	for _, tc := range []struct {
+		name string
+		p    *Profile
+		argv string
+		mf   float64
+	}{
+		{"headroom", &q, "--chunked-prefill-size 16384 --cuda-graph-max-bs 128", 0.93},
+		{"oom_mem_fraction", p, "", 0.97},
+		{"startup_oom rule", &r, "--chunked-prefill-size 16384", 0.90},
+	} {
+		msg, oom := oomAt(tc.p, tc.argv, tc.mf)
+		share, ok := engine.OOMShortfall(msg)
+		if !oom || !ok {
+			t.Fatalf("%s: oom %v, shortfall read %v from %q", tc.name, oom, ok, msg)
+		}
+		if _, oom := oomAt(tc.p, tc.argv, tc.mf-share-0.002); oom {
+			t.Errorf("%s: %.4f short, yet %.4f fails too", tc.name, share, tc.mf-share-0.002)
+		}
+		if _, oom := oomAt(tc.p, tc.argv, tc.mf-share+0.002); !oom {
+			t.Errorf("%s: %.4f short, yet %.4f starts", tc.name, share, tc.mf-share+0.002)
+		}
 	}
 }

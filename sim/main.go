@@ -303,9 +303,8 @@ func (st *startup) loadWeights() (int, bool) {
 // state (Mamba) pool and the KV cache.
 func (st *startup) allocatePools() (int, bool) {
 	pl, p := st.pl, st.p
-	gpuMem := p.Hardware.GPUMemGB
 	if st.hasFault("startup_oom") {
-		return st.fatalStartup([]string{fmt.Sprintf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of %.2f GiB of which 1.12 GiB is free. Including non-PyTorch memory, this process has %.2f GiB memory in use. Of the allocated memory %.2f GiB is allocated by PyTorch, and 1.31 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)", gpuMem, gpuMem-1.12, gpuMem-2.6)}, false), true
+		return st.fatalStartup(st.faultOOM().Lines, false), true
 	}
 	if pl.Err != nil && (pl.Err.Kind == "memory" || pl.Err.Kind == "state_pool") {
 		if h := st.profileHint(); h != "" {
@@ -340,6 +339,28 @@ func (st *startup) profileHint() string {
 	return fmt.Sprintf("[sim] profile %s simulates %s: %g GB of weights, %.1f GB per GPU with %d GPUs (and %.1f GB of overhead), more than a whole %.1f GB GPU; "+
 		"for another model or GPU count, write a profile and pass --sim-profile FILE (docs/simulator.md)",
 		p.Name, p.Description, p.Memory.WeightsGB, per, pl.TP*pl.PP, p.Memory.OverheadGB, p.Hardware.GPUMemGB)
+}
+
+// faultOOM is the out-of-memory error of a matched startup_oom rule. What
+// its allocation lacks is what the fraction takes above the rule's edge
+// on mem_fraction_static (gt or ge), so the same config one step under
+// the edge starts, as the rule says; a rule with no such edge fails at
+// every fraction, and its message claims next to nothing.
+func (st *startup) faultOOM() *StartupError {
+	gpuMem, short := st.p.Hardware.GPUMemGB, 0.05
+	for _, r := range st.rules {
+		if r.Effect.Kind != "startup_oom" {
+			continue
+		}
+		if m, ok := r.When["mem_fraction_static"].(map[string]any); ok {
+			for _, op := range []string{"gt", "ge"} {
+				if edge, ok := num(m[op]); ok {
+					short = max(short, (st.pl.MemFraction-edge)*gpuMem+0.05)
+				}
+			}
+		}
+	}
+	return allocFailed(gpuMem, st.pl.MemFraction, short, 1.12)
 }
 
 // hasFault reports whether a matched fault rule has the effect kind.

@@ -238,9 +238,9 @@ func (pl *Plan) restMemory(_ *Args, p *Profile) *StartupError {
 	m := p.Memory
 	gpuMem := p.Hardware.GPUMemGB
 	if pl.MemFraction >= m.OOMMemFraction && m.OOMMemFraction > 0 {
-		pl.Err = &StartupError{Kind: "oom", Lines: []string{
-			fmt.Sprintf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of %.2f GiB of which %.2f GiB is free. Including non-PyTorch memory, this process has %.2f GiB memory in use. Of the allocated memory %.2f GiB is allocated by PyTorch, and %.2f GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
-				gpuMem, gpuMem*(1-pl.MemFraction)*0.3, gpuMem*pl.MemFraction+1.1, gpuMem*pl.MemFraction-0.4, 0.37)}}
+		// What the static pools take beyond the edge is missing, and a
+		// little more: the edge itself fails.
+		pl.Err = allocFailed(gpuMem, pl.MemFraction, (pl.MemFraction-m.OOMMemFraction)*gpuMem+0.05, gpuMem*(1-pl.MemFraction)*0.3)
 	}
 	if h := m.OOMHeadroom; h.BaseGB > 0 && pl.Err == nil {
 		need := h.BaseGB + float64(max(pl.ChunkedPrefill, 2048))*h.ChunkMBPerToken/1024
@@ -248,9 +248,7 @@ func (pl *Plan) restMemory(_ *Args, p *Profile) *StartupError {
 			need += float64(pl.GraphMaxBS) * h.GraphMBPerBS / 1024
 		}
 		if left := (1 - pl.MemFraction) * gpuMem; left < need {
-			pl.Err = &StartupError{Kind: "oom", Lines: []string{
-				fmt.Sprintf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %.2f GiB. GPU 0 has a total capacity of %.2f GiB of which %.2f GiB is free. Including non-PyTorch memory, this process has %.2f GiB memory in use. Of the allocated memory %.2f GiB is allocated by PyTorch, and %.2f GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
-					need-left+0.5, gpuMem, max(0, left-need+0.5)*0.1, gpuMem*pl.MemFraction+left*0.9, gpuMem*pl.MemFraction-0.4, 0.37)}}
+			pl.Err = allocFailed(gpuMem, pl.MemFraction, need-left, min(left, 0.5)*0.2)
 		}
 	}
 	tpScale := float64(pl.TP) / float64(m.ReferenceTP)
@@ -261,6 +259,15 @@ func (pl *Plan) restMemory(_ *Args, p *Profile) *StartupError {
 		return notEnoughMemory(pl.MemFraction)
 	}
 	return nil
+}
+
+// allocFailed is PyTorch's out-of-memory error for an allocation short
+// GiB larger than the free GiB left beside pools holding fraction of a
+// gpuMem GiB GPU: tried - free is what was missing, as on a real GPU.
+func allocFailed(gpuMem, fraction, short, free float64) *StartupError {
+	return &StartupError{Kind: "oom", Lines: []string{
+		fmt.Sprintf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %.2f GiB. GPU 0 has a total capacity of %.2f GiB of which %.2f GiB is free. Including non-PyTorch memory, this process has %.2f GiB memory in use. Of the allocated memory %.2f GiB is allocated by PyTorch, and %.2f GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+			short+free, gpuMem, free, gpuMem-free, gpuMem*fraction-0.4, 0.37)}}
 }
 
 // notEnoughMemory is SGLang's error when the KV cache gets no memory.

@@ -118,9 +118,11 @@ func (st *startup) runVLLM(opt Options) int {
 	}
 	wgb := p.Memory.WeightsGB / float64(pl.TP*pl.PP)
 	st.clogf("gpu_model_runner.py", "Model loading took %.4f GiB and %.6f seconds", wgb*1e9/(1<<30), p.Memory.WeightLoadS)
-	if st.hasFault("startup_oom") || (pl.Err != nil && pl.Err.Kind == "oom") {
-		gpuMem := p.Hardware.GPUMemGB
-		return st.coreFailed([]string{fmt.Sprintf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of %.2f GiB of which 1.12 GiB is free. Including non-PyTorch memory, this process has %.2f GiB memory in use.", gpuMem, gpuMem-1.12)})
+	if st.hasFault("startup_oom") {
+		return st.coreFailed(st.faultOOM().Lines)
+	}
+	if pl.Err != nil && pl.Err.Kind == "oom" {
+		return st.coreFailed(pl.Err.Lines)
 	}
 	if pl.Err != nil {
 		if h := st.profileHint(); h != "" && pl.Err.Kind == "memory" {

@@ -414,9 +414,10 @@ const staleChecks = 24
 
 // stale measures again, with this build, the first draw of a sample of a
 // cached landscape's configs (the best, the rest spread over the space)
-// and returns the first that differs: a change to the simulator, the load
-// generator or the outcome rules that moves any of them makes the cache
-// stale.
+// and every startup failure, and returns the first that differs: a change
+// to the simulator, the load generator or the outcome rules that moves any
+// of them (a failure's message included: the search reads it) makes the
+// cache stale.
 func stale(ctx context.Context, st *space.Study, ls *Landscape, profile string) (string, error) {
 	var sample []int
 	if ls.Best >= 0 {
@@ -428,7 +429,8 @@ func stale(ctx context.Context, st *space.Study, ls *Landscape, profile string) 
 		sample = append(sample, i)
 	}
 	// The engine's rules decide which configs launch at all: every config
-	// is checked again (cheap), a sample is measured again.
+	// is checked again (cheap), and every startup failure started again
+	// (cheap: it ends before a measurement).
 	for i := range ls.Configs {
 		ct := &ls.Configs[i]
 		cfg, err := st.Resolve(ct.Params, nil)
@@ -437,6 +439,9 @@ func stale(ctx context.Context, st *space.Study, ls *Landscape, profile string) 
 		}
 		if rej := st.Check(cfg); (len(rej) > 0) != !ct.Launched() {
 			return fmt.Sprintf("%s: static check changed", ct.Params), nil
+		}
+		if ct.Launched() && len(ct.Values) == 0 && i != ls.Best && !slices.Contains(sample, i) {
+			sample = append(sample, i)
 		}
 	}
 	for _, i := range sample {
@@ -448,13 +453,13 @@ func stale(ctx context.Context, st *space.Study, ls *Landscape, profile string) 
 		if !ct.Launched() {
 			continue
 		}
-		srv, facts, class, _, err := startConfig(ctx, st, eng, st.Argv(cfg), virtual.Options{Profile: profile})
+		srv, facts, class, reason, err := startConfig(ctx, st, eng, st.Argv(cfg), virtual.Options{Profile: profile})
 		if err != nil {
 			return "", err
 		}
 		if srv == nil {
-			if len(ct.Values) > 0 || ct.Class != class {
-				return fmt.Sprintf("%s: startup now %s, cached %s", ct.Params, class, ct.Class), nil
+			if len(ct.Values) > 0 || ct.Class != class || ct.Reason != reason {
+				return fmt.Sprintf("%s: startup now %s (%s), cached %s (%s)", ct.Params, class, firstLineOf(reason), ct.Class, firstLineOf(ct.Reason)), nil
 			}
 			continue
 		}
