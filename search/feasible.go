@@ -29,7 +29,9 @@ import (
 // cover blames keeps crashFloor of a chance, so an early explanation can
 // still be tested when nothing else is worth more. An out-of-memory
 // failure is first the memory fraction's (see oomElsewhere), and blames a
-// workspace flag's larger values with its own (see conditions).
+// workspace flag's larger values with its own (see conditions); the
+// shortfall its message states blames the fractions that far below its
+// own (see shortRules).
 var crashRulePrior = [...]float64{1: 0.1, 2: 0.01, 3: 0.003}
 
 // crashSilentPrior is the prior of a rule of one value that passes the
@@ -125,38 +127,49 @@ type crashRule struct {
 func newFeasibility(st *space.Study, recs []Record, names []string, silent map[literal]bool, rng *rand.Rand) feasibility {
 	var ran []Record
 	var failed [][]literal
-	var oom []bool // of failed
+	var oom []bool          // of failed
+	var short [][][]literal // of failed: the rules its shortfall adds (see shortRules)
 	for _, r := range recs {
 		switch {
 		case r.State == StateComplete || r.State == StatePruned:
 			ran = append(ran, r)
 		case r.State == StateFailed && deterministicClasses[r.FailureClass] && r.InSpace():
 			isOOM := r.FailureClass == engine.ClassOOM
-			failed = append(failed, conditions(st, r.Params, names, isOOM))
-			oom = append(oom, isOOM)
+			lits := conditions(st, r.Params, names, isOOM)
+			var more [][]literal
+			if s, ok := engine.OOMShortfall(r.Reason); isOOM && ok {
+				more = shortRules(st, lits, r.Params, s)
+			}
+			failed, oom, short = append(failed, lits), append(oom, isOOM), append(short, more)
 		}
 	}
 	var cands []crashRule
 	byKey := map[string]int{}
+	add := func(i int, rule []literal, prior float64) {
+		k := fmt.Sprint(rule)
+		j, seen := byKey[k]
+		if !seen {
+			j = -1
+			if !refuted(rule, ran) {
+				j = len(cands)
+				cands = append(cands, crashRule{rule: rule, cost: -math.Log(prior)})
+			}
+			byKey[k] = j
+		}
+		if j >= 0 {
+			cands[j].explain = append(cands[j].explain, i)
+		}
+	}
 	for i, lits := range failed {
 		for _, rule := range subsets(lits) {
-			k := fmt.Sprint(rule)
-			j, seen := byKey[k]
-			if !seen {
-				j = -1
-				if !refuted(rule, ran) {
-					prior := crashRulePrior[len(rule)]
-					if len(rule) == 1 && silent[rule[0]] {
-						prior = crashSilentPrior
-					}
-					j = len(cands)
-					cands = append(cands, crashRule{rule: rule, cost: -math.Log(prior)})
-				}
-				byKey[k] = j
+			prior := crashRulePrior[len(rule)]
+			if len(rule) == 1 && silent[rule[0]] {
+				prior = crashSilentPrior
 			}
-			if j >= 0 {
-				cands[j].explain = append(cands[j].explain, i)
-			}
+			add(i, rule, prior)
+		}
+		for _, rule := range short[i] {
+			add(i, rule, crashRulePrior[1])
 		}
 	}
 	if mem := memoryParam(st); mem != "" {
@@ -221,6 +234,63 @@ func conditions(st *space.Study, params map[string]any, names []string, oom bool
 		}
 	}
 	return out
+}
+
+// shortRules are the rules an out-of-memory failure adds when its message
+// says how short its allocation fell: short, a share of the GPU
+// (engine.OOMShortfall). The same config at any fraction above x - short
+// (x its own) leaves less than that allocation needs, so an engineer
+// reading the message lowers the fraction that far at once, not a step
+// per crash. The shortfall holds for the config's prefill chunk and CUDA
+// graph batch (its workspace values, or more); a smaller chunk needs
+// less. So it adds two rules, each as likely as a single value: every
+// fraction above x - short with the config's workspace values or more,
+// and every fraction above x - short whatever the rest (the first alone
+// when the config has no workspace value). Its own fraction's rule,
+// mem_fraction >= x, stays among the explanations; a shortfall that
+// reaches no value of the fraction's steps below x adds nothing.
+func shortRules(st *space.Study, lits []literal, params map[string]any, short float64) [][]literal {
+	mem := memoryParam(st)
+	var low *literal
+	var conj []literal
+	for _, l := range lits {
+		x, ok := number(params[l.name])
+		switch {
+		case ok && l.name == mem && short > 0:
+			t, ok := onStep(st, mem, x-short)
+			if !ok || t >= x {
+				return nil
+			}
+			lowered := literal{name: l.name, value: strconv.FormatFloat(t, 'g', -1, 64), atLeast: true}
+			low = &lowered
+			conj = append(conj, lowered)
+		case l.atLeast && workspace(st, l.name):
+			conj = append(conj, l)
+		}
+	}
+	switch {
+	case low == nil:
+		return nil
+	case len(conj) == 1:
+		return [][]literal{conj}
+	}
+	return [][]literal{conj, {*low}}
+}
+
+// onStep is the least value of the named param's steps at or above t
+// (t itself for a param without steps); false for no such param.
+func onStep(st *space.Study, name string, t float64) (float64, bool) {
+	for _, par := range st.Params {
+		if par.Name != name {
+			continue
+		}
+		if par.Step <= 0 || t <= par.Low {
+			return t, true
+		}
+		k := math.Ceil((t-par.Low)/par.Step - 1e-9)
+		return math.Round((par.Low+k*par.Step)*1e9) / 1e9, true
+	}
+	return 0, false
 }
 
 // workspace reports whether the param named name is on one of the

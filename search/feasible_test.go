@@ -113,3 +113,46 @@ func TestOOMBlamesLargerChunks(t *testing.T) {
 		t.Errorf("covers blaming a 16384 chunk: %.2f (want some), a 4096 chunk: %.2f (want none)", larger, smaller)
 	}
 }
+
+// An out-of-memory failure whose message says how much its allocation
+// lacked blames the fractions that far below it too: 4 GiB short on an
+// 80 GiB GPU at 0.95 is a twentieth of the GPU, so 0.92 with the same
+// values fails as well, and 0.89 does not. Without the message, 0.92 is
+// below the fraction that failed and nothing blames it alone.
+func TestOOMShortfallBlamesFractionsBelow(t *testing.T) {
+	st := feasibilityStudy(t)
+	params := map[string]any{"ep": "4", "radix": true, "slots": 128, "mem": 0.95}
+	short := "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 5.00 GiB. GPU 0 has a total capacity of 80.00 GiB of which 1.00 GiB is free."
+	for _, tc := range []struct {
+		name   string
+		reason string
+		mem    float64
+		most   bool
+	}{
+		{"within the shortfall", short, 0.92, true},
+		{"below the shortfall", short, 0.89, false},
+		{"no sizes in the message", "torch.OutOfMemoryError: CUDA out of memory.", 0.92, false},
+	} {
+		recs := []Record{{Number: 1, State: StateFailed, FailureClass: "oom", Reason: tc.reason, Params: params}}
+		p := space.Params{"ep": "4", "radix": true, "slots": 128, "mem": tc.mem}
+		if share := blamedShare(t, st, recs, p); (share > 0.5) != tc.most {
+			t.Errorf("%s: the same values at %.2f are blamed by %.2f of the covers; want most: %v", tc.name, tc.mem, share, tc.most)
+		}
+	}
+}
+
+// A shortfall that reaches no step of the fraction below the one that
+// failed (0.4 GiB of 80 at 0.95, steps of 0.01) adds no rule: the covers
+// are those of a message without sizes.
+func TestOOMShortfallUnderOneStepAddsNothing(t *testing.T) {
+	st := feasibilityStudy(t)
+	params := map[string]any{"ep": "4", "radix": true, "slots": 128, "mem": 0.95}
+	share := func(reason string) float64 {
+		recs := []Record{{Number: 1, State: StateFailed, FailureClass: "oom", Reason: reason, Params: params}}
+		return blamedShare(t, st, recs, space.Params{"ep": "1", "radix": false, "slots": 256, "mem": 0.95})
+	}
+	small := share("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.40 GiB. GPU 0 has a total capacity of 80.00 GiB of which 1.00 GiB is free.")
+	if none := share("torch.OutOfMemoryError: CUDA out of memory."); small != none {
+		t.Errorf("a 0.4 GiB shortfall: %.3f of the covers blame the fraction; without sizes %.3f", small, none)
+	}
+}
