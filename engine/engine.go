@@ -82,6 +82,11 @@ type Engine struct {
 	// of memory blames its value of one and every larger value, never a
 	// smaller one (docs/study-file.md).
 	WorkspaceFlags []string
+	// PoolTooSmall are texts of an out-of-memory failure that a larger
+	// memory fraction fixes: the KV cache or a state pool got too little
+	// of what the fraction reserves. Such a failure blames its fraction
+	// and every smaller one, never a larger one (docs/study-file.md).
+	PoolTooSmall []string
 
 	// ToolParserFlag turns on tool-call parsing in the OpenAI API; without
 	// it a tool-call quality gate cannot pass ("" when the engine needs

@@ -4,6 +4,7 @@ import (
 	"math"
 	"regexp"
 	"strconv"
+	"strings"
 )
 
 // PyTorch's caching allocator reports a failed allocation as "CUDA out of
@@ -49,4 +50,15 @@ func OOMShortfall(text string) (share float64, ok bool) {
 		return 0, false
 	}
 	return max(tried-ht-(free+hf), 0) / total, true
+}
+
+// PoolTooSmallIn reports whether text holds one of e's PoolTooSmall
+// texts: a larger memory fraction, not a smaller one, fixes the failure.
+func (e *Engine) PoolTooSmallIn(text string) bool {
+	for _, t := range e.PoolTooSmall {
+		if strings.Contains(text, t) {
+			return true
+		}
+	}
+	return false
 }

@@ -47,3 +47,18 @@ func FuzzOOMShortfall(f *testing.F) {
 		}
 	})
 }
+
+// A pool-too-small text is an out-of-memory failure to the engine's own
+// classification, and names no allocation a lower fraction would fit.
+func TestPoolTooSmallIsOOM(t *testing.T) {
+	for _, e := range All() {
+		for _, text := range e.PoolTooSmall {
+			if sig, _ := e.Classify("RuntimeError: " + text + "."); sig == nil || sig.Class != ClassOOM {
+				t.Errorf("%s: %q does not classify as %s", e.Name, text, ClassOOM)
+			}
+			if _, ok := OOMShortfall(text); ok {
+				t.Errorf("%s: %q reads as an allocation's shortfall", e.Name, text)
+			}
+		}
+	}
+}

@@ -33,6 +33,14 @@ var SGLang = &Engine{
 	// ref §1 Auto-adjustments: the default fraction reserves 512 MB +
 	// max(chunked, 2048) x 1.5 MB + the graphs' reserve outside the pools.
 	WorkspaceFlags: []string{"--chunked-prefill-size", "--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"},
+	// ref §3 Fatal errors (Memory) and §1's state pool: each says to
+	// increase --mem-fraction-static.
+	PoolTooSmall: []string{
+		"Not enough memory. Please try to increase --mem-fraction-static",
+		"leave no GPU memory for the KV cache",
+		"Not enough GPU memory for hybrid",
+		"state cache is too small to serve any requests",
+	},
 	// ref §4: /health_generate runs a 1-token generate; 503 until warmup.
 	HealthPath: "/health_generate",
 	// ref §3 Startup 10 (http_server.py).

@@ -52,6 +52,13 @@ var VLLM = &Engine{
 		Running:          "vllm:num_requests_running",
 		Queued:           "vllm:num_requests_waiting",
 	},
+	// src: v1/core/kv_cache_utils.py _check_enough_kv_cache_memory: the
+	// KV cache got too little of the utilization (its messages say to
+	// increase gpu_memory_utilization).
+	PoolTooSmall: []string{
+		"No available memory for the cache blocks",
+		"larger than the available KV cache memory",
+	},
 	Signatures: []Signature{
 		{Class: ClassIllegalMemoryAccess, Rank: 3, Texts: []string{
 			"an illegal memory access was encountered",

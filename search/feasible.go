@@ -31,7 +31,8 @@ import (
 // failure is first the memory fraction's (see oomElsewhere), and blames a
 // workspace flag's larger values with its own (see conditions); the
 // shortfall its message states blames the fractions that far below its
-// own (see shortRules).
+// own (see shortRules), and a KV cache or state pool too small blames the
+// smaller fractions instead of the larger (see poolTooSmall).
 var crashRulePrior = [...]float64{1: 0.1, 2: 0.01, 3: 0.003}
 
 // crashSilentPrior is the prior of a rule of one value that passes the
@@ -58,11 +59,11 @@ const (
 )
 
 // literal is one condition on a param: its value is value, or, with
-// atLeast, a number at least value.
+// atLeast or atMost, a number at least or at most value.
 type literal struct {
-	name    string
-	value   string
-	atLeast bool
+	name            string
+	value           string
+	atLeast, atMost bool
 }
 
 // in reports whether params meet the literal.
@@ -71,12 +72,12 @@ func (l literal) in(params map[string]any) bool {
 	if !ok {
 		return false
 	}
-	if !l.atLeast {
+	if !l.atLeast && !l.atMost {
 		return fmt.Sprint(v) == l.value
 	}
 	x, ok := number(v)
 	t, err := strconv.ParseFloat(l.value, 64)
-	return ok && err == nil && x >= t
+	return ok && err == nil && (l.atLeast && x >= t || l.atMost && x <= t)
 }
 
 // number is v as a number: a number, or a categorical choice that reads
@@ -136,6 +137,9 @@ func newFeasibility(st *space.Study, recs []Record, names []string, silent map[l
 		case r.State == StateFailed && deterministicClasses[r.FailureClass] && r.InSpace():
 			isOOM := r.FailureClass == engine.ClassOOM
 			lits := conditions(st, r.Params, names, isOOM)
+			if k := st.Engine.Kind; isOOM && k != nil && k.PoolTooSmallIn(r.Reason) {
+				lits = poolTooSmall(st, lits)
+			}
 			var more [][]literal
 			if s, ok := engine.OOMShortfall(r.Reason); isOOM && ok {
 				more = shortRules(st, lits, r.Params, s)
@@ -236,6 +240,20 @@ func conditions(st *space.Study, params map[string]any, names []string, oom bool
 	return out
 }
 
+// poolTooSmall turns the memory fraction's literal of a config whose KV
+// cache or state pool got too little (engine.Engine.PoolTooSmall) around:
+// a smaller fraction reserves less, so it fails too, and a larger one is
+// the fix its message names.
+func poolTooSmall(st *space.Study, lits []literal) []literal {
+	mem := memoryParam(st)
+	for i, l := range lits {
+		if l.name == mem {
+			lits[i].atLeast, lits[i].atMost = false, true
+		}
+	}
+	return lits
+}
+
 // shortRules are the rules an out-of-memory failure adds when its message
 // says how short its allocation fell: short, a share of the GPU
 // (engine.OOMShortfall). The same config at any fraction above x - short
@@ -256,7 +274,7 @@ func shortRules(st *space.Study, lits []literal, params map[string]any, short fl
 	for _, l := range lits {
 		x, ok := number(params[l.name])
 		switch {
-		case ok && l.name == mem && short > 0:
+		case ok && l.name == mem && !l.atMost && short > 0:
 			t, ok := onStep(st, mem, x-short)
 			if !ok || t >= x {
 				return nil

@@ -141,6 +141,20 @@ func TestOOMShortfallBlamesFractionsBelow(t *testing.T) {
 	}
 }
 
+// A pool too small for the KV cache (SGLang: "Not enough memory. Please
+// try to increase --mem-fraction-static") blames its fraction and the
+// smaller ones, not the larger ones its message asks for.
+func TestPoolTooSmallBlamesSmallerFractions(t *testing.T) {
+	st := feasibilityStudy(t)
+	recs := []Record{{Number: 1, State: StateFailed, FailureClass: "oom", Params: map[string]any{"ep": "4", "radix": true, "slots": 128, "mem": 0.85},
+		Reason: "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.85"}}
+	smaller := blamedShare(t, st, recs, space.Params{"ep": "4", "radix": true, "slots": 128, "mem": 0.82})
+	larger := blamedShare(t, st, recs, space.Params{"ep": "4", "radix": true, "slots": 128, "mem": 0.90})
+	if smaller < 0.5 || larger > 0.4 {
+		t.Errorf("the same values at 0.82 are blamed by %.2f of the covers (want most), at 0.90 by %.2f (want fewer)", smaller, larger)
+	}
+}
+
 // A shortfall that reaches no step of the fraction below the one that
 // failed (0.4 GiB of 80 at 0.95, steps of 0.01) adds no rule: the covers
 // are those of a message without sizes.
