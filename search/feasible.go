@@ -256,17 +256,18 @@ func poolTooSmall(st *space.Study, lits []literal) []literal {
 
 // shortRules are the rules an out-of-memory failure adds when its message
 // says how short its allocation fell: short, a share of the GPU
-// (engine.OOMShortfall). The same config at any fraction above x - short
-// (x its own) leaves less than that allocation needs, so an engineer
-// reading the message lowers the fraction that far at once, not a step
-// per crash. The shortfall holds for the config's prefill chunk and CUDA
-// graph batch (its workspace values, or more); a smaller chunk needs
-// less. So it adds two rules, each as likely as a single value: every
-// fraction above x - short with the config's workspace values or more,
-// and every fraction above x - short whatever the rest (the first alone
-// when the config has no workspace value). Its own fraction's rule,
-// mem_fraction >= x, stays among the explanations; a shortfall that
-// reaches no value of the fraction's steps below x adds nothing.
+// (engine.OOMShortfall). The same config at any fraction from x - short
+// up (x its own; the bound rounded up to the param's step) leaves less
+// than that allocation needs, so an engineer reading the message lowers
+// the fraction that far at once, not a step per crash. The shortfall
+// holds for the config's prefill chunk and CUDA graph batch (its
+// workspace values, or more); a smaller chunk needs less. So it adds two
+// rules, each as likely as a single value: every fraction from the bound
+// up with the config's workspace values or more, and every fraction from
+// the bound up whatever the rest (the first alone when the config has no
+// workspace value). Its own fraction's rule, mem_fraction >= x, stays
+// among the explanations; a bound that reaches no step below x adds
+// nothing, since repeating that rule would only weigh the fraction more.
 func shortRules(st *space.Study, lits []literal, params map[string]any, short float64) [][]literal {
 	mem := memoryParam(st)
 	var low *literal
