@@ -126,6 +126,7 @@ type crashRule struct {
 // newFeasibility draws crashDraws covers of recs' failures; names are the
 // one-hot params, silent their values that pass no flag.
 func newFeasibility(st *space.Study, recs []Record, names []string, silent map[literal]bool, rng *rand.Rand) feasibility {
+	mem := memoryParam(st)
 	var ran []Record
 	var failed [][]literal
 	var oom []bool          // of failed
@@ -138,11 +139,11 @@ func newFeasibility(st *space.Study, recs []Record, names []string, silent map[l
 			isOOM := r.FailureClass == engine.ClassOOM
 			lits := conditions(st, r.Params, names, isOOM)
 			if k := st.Engine.Kind; isOOM && k != nil && k.PoolTooSmallIn(r.Reason) {
-				lits = poolTooSmall(st, lits)
+				lits = poolTooSmall(lits, mem)
 			}
 			var more [][]literal
 			if s, ok := engine.OOMShortfall(r.Reason); isOOM && ok {
-				more = shortRules(st, lits, r.Params, s)
+				more = shortRules(st, mem, lits, r.Params, s)
 			}
 			failed, oom, short = append(failed, lits), append(oom, isOOM), append(short, more)
 		}
@@ -176,7 +177,7 @@ func newFeasibility(st *space.Study, recs []Record, names []string, silent map[l
 			add(i, rule, crashRulePrior[1])
 		}
 	}
-	if mem := memoryParam(st); mem != "" {
+	if mem != "" {
 		for j, c := range cands {
 			if oomBlamedElsewhere(c, oom, mem) {
 				cands[j].cost += math.Log(oomElsewhere)
@@ -240,12 +241,11 @@ func conditions(st *space.Study, params map[string]any, names []string, oom bool
 	return out
 }
 
-// poolTooSmall turns the memory fraction's literal of a config whose KV
-// cache or state pool got too little (engine.Engine.PoolTooSmall) around:
-// a smaller fraction reserves less, so it fails too, and a larger one is
-// the fix its message names.
-func poolTooSmall(st *space.Study, lits []literal) []literal {
-	mem := memoryParam(st)
+// poolTooSmall turns around the literal on mem, the memory fraction, of a
+// config whose KV cache or state pool got too little
+// (engine.Engine.PoolTooSmall): a smaller fraction reserves less, so it
+// fails too, and a larger one is the fix its message names.
+func poolTooSmall(lits []literal, mem string) []literal {
 	for i, l := range lits {
 		if l.name == mem {
 			lits[i].atLeast, lits[i].atMost = false, true
@@ -256,7 +256,7 @@ func poolTooSmall(st *space.Study, lits []literal) []literal {
 
 // shortRules are the rules an out-of-memory failure adds when its message
 // says how short its allocation fell: short, a share of the GPU
-// (engine.OOMShortfall). The same config at any fraction from x - short
+// (engine.OOMShortfall); mem names the memory fraction's param. The same config at any fraction from x - short
 // up (x its own; the bound rounded up to the param's step) leaves less
 // than that allocation needs, so an engineer reading the message lowers
 // the fraction that far at once, not a step per crash. The shortfall
@@ -268,8 +268,7 @@ func poolTooSmall(st *space.Study, lits []literal) []literal {
 // workspace value). Its own fraction's rule, mem_fraction >= x, stays
 // among the explanations; a bound that reaches no step below x adds
 // nothing, since repeating that rule would only weigh the fraction more.
-func shortRules(st *space.Study, lits []literal, params map[string]any, short float64) [][]literal {
-	mem := memoryParam(st)
+func shortRules(st *space.Study, mem string, lits []literal, params map[string]any, short float64) [][]literal {
 	var low *literal
 	var conj []literal
 	for _, l := range lits {
