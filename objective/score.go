@@ -3,6 +3,7 @@ package objective
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 )
@@ -183,6 +184,62 @@ func sloViolation(slos []SLO, pts []Point) string {
 		}
 	}
 	return strings.Join(bad, ", ")
+}
+
+// SLOSlack is how far an output_tok_s score's SLOs are from their
+// bounds at the scored level, read from a run's stored medians (Medians):
+// the largest over the SLOs of log(v / max_s), v the median over repeats
+// of the named percentile, the statistic Score judges. It is at most 0
+// exactly when every SLO holds there. ok is false when there is nothing to
+// judge: no SLO, another metric (goodput, capacity and max_rate judge the
+// SLO per request or per level), no passed repeat at the scored level, or
+// a percentile the medians do not keep (they keep p50 and p99).
+func SLOSlack(spec ScoreSpec, meds map[int]Median) (slack float64, ok bool) {
+	if len(spec.SLO) == 0 || (spec.Metric != "" && spec.Metric != MetricOutputTokS) || spec.Validate() != nil {
+		return 0, false
+	}
+	target := spec.Concurrency
+	if target == 0 {
+		for c := range meds {
+			target = max(target, c)
+		}
+	}
+	m, found := meds[target]
+	if !found || m.Repeats == 0 {
+		return 0, false
+	}
+	slack = math.Inf(-1)
+	for _, o := range spec.SLO {
+		v, kept := m.stat(o.Metric, o.Percentile)
+		if !kept || !(v > 0) {
+			return 0, false
+		}
+		slack = math.Max(slack, math.Log(v/o.Max))
+	}
+	return slack, true
+}
+
+// stat is the median over repeats of an SLO's statistic (false for a
+// percentile the medians do not keep).
+func (m Median) stat(metric, percentile string) (float64, bool) {
+	var p50, p99 float64
+	switch metric {
+	case "ttft":
+		p50, p99 = m.TTFTP50, m.TTFTP99
+	case "latency":
+		p50, p99 = m.LatencyP50, m.LatencyP99
+	case "itl":
+		p50, p99 = m.ITLP50, m.ITLP99
+	default:
+		return 0, false
+	}
+	switch percentile {
+	case "p50":
+		return p50, true
+	case "p99":
+		return p99, true
+	}
+	return 0, false
 }
 
 // capacity finds the highest level whose points passed and SLOs hold.

@@ -80,6 +80,49 @@ func TestScore(t *testing.T) {
 	}
 }
 
+// TestSLOSlack: the slack read from a run's medians is at most 0 exactly
+// when Score finds the SLOs held, and measures the worst SLO's distance
+// from its bound.
+func TestSLOSlack(t *testing.T) {
+	base := sweep(map[int][3][2]float64{
+		16: {{500, 0.5}, {520, 0.6}, {510, 0.7}},
+		64: {{1500, 1.5}, {1600, 2.5}, {1550, 1.8}},
+	})
+	ttft := func(max float64) []SLO { return []SLO{{Metric: "ttft", Percentile: "p99", Max: max}} }
+	tests := []struct {
+		name string
+		spec ScoreSpec
+		r    *Result
+		want float64
+		ok   bool
+	}{
+		{"holds: median p99 1.8 under 2", ScoreSpec{Concurrency: 64, SLO: ttft(2)}, base, math.Log(0.9), true},
+		{"missed: 1.8 over 1.2", ScoreSpec{Concurrency: 64, SLO: ttft(1.2)}, base, math.Log(1.5), true},
+		{"on the bound", ScoreSpec{Concurrency: 64, SLO: ttft(1.8)}, base, 0, true},
+		{"the worst SLO counts", ScoreSpec{Concurrency: 16, SLO: []SLO{
+			{Metric: "ttft", Percentile: "p99", Max: 1.2}, {Metric: "itl", Percentile: "p99", Max: 0.01}}}, base, math.Log(2), true},
+		{"p50", ScoreSpec{Concurrency: 64, SLO: []SLO{{Metric: "ttft", Percentile: "p50", Max: 0.45}}}, base, math.Log(2), true},
+		{"latency", ScoreSpec{Concurrency: 16, SLO: []SLO{{Metric: "latency", Percentile: "p99", Max: 10}}}, base, math.Log(0.5), true},
+		{"highest level by default", ScoreSpec{SLO: ttft(3.6)}, base, math.Log(0.5), true},
+		{"no SLO", ScoreSpec{Concurrency: 64}, base, 0, false},
+		{"goodput judges per request", ScoreSpec{Metric: "goodput", Concurrency: 64, SLO: ttft(2)}, base, 0, false},
+		{"missing level", ScoreSpec{Concurrency: 128, SLO: ttft(2)}, base, 0, false},
+		{"a percentile the medians do not keep", ScoreSpec{Concurrency: 64, SLO: []SLO{{Metric: "ttft", Percentile: "p90", Max: 2}}}, base, 0, false},
+		{"nothing measured", ScoreSpec{Concurrency: 64, SLO: ttft(2)}, &Result{}, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := SLOSlack(tt.spec, Medians(tt.r.Points))
+			if ok != tt.ok || math.Abs(got-tt.want) > 1e-9 {
+				t.Fatalf("SLOSlack = (%v, %v), want (%v, %v)", got, ok, tt.want, tt.ok)
+			}
+			if _, met, _ := Score(tt.spec, tt.r); ok && met != (got <= 0) {
+				t.Errorf("slack %v but Score says met=%v", got, met)
+			}
+		})
+	}
+}
+
 // TestCapacitySearch: a server that runs 8 streams at once makes later
 // requests wait a whole stream (>= 120 ms); the bisection between the
 // measured 4 (passes) and 16 (fails) finds 8.
