@@ -267,12 +267,12 @@ func Pool(runs []Measurement) (pooled, spread float64) {
 // engine default is none of them: it is confirmed on its own, and a
 // winner is held against it.
 func topConfigs(st *space.Study, recs []Record, n int) ([]Record, error) {
-	ps, err := fitRecords(st, recs)
+	ps, ranked, _, err := rankRecords(st, recs)
 	if err != nil || ps == nil {
 		return nil, err
 	}
 	var out []Record
-	for _, c := range ps.ranked() {
+	for _, c := range ranked {
 		if len(out) == n {
 			break
 		}
@@ -290,14 +290,35 @@ func topConfigs(st *space.Study, recs []Record, n int) ([]Record, error) {
 	return out, nil
 }
 
-// fitRecords fits the model to a study's records (nil when no config met
-// the SLO).
-func fitRecords(st *space.Study, recs []Record) (*posterior, error) {
+// rankRecords fits the model to a study's records (nil when no config met
+// the SLO) and ranks the measured configs by it, best first (see ranked).
+// Where the score has an SLO, a config ranks by its estimated score times
+// its chance to meet the SLO on its next run (see fitSlack and logMeets):
+// a score counts only where the SLO holds, so a config on the SLO's edge,
+// which met it once among like configs that missed it, is worth about
+// half its score. meets holds the log of each ranked config's chance
+// (nil without an SLO to judge).
+func rankRecords(st *space.Study, recs []Record) (ps *posterior, ranked []*measuredConfig, meets map[string]float64, err error) {
 	m, err := newModel(st, false)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	return m.fit(recs)
+	if ps, err = m.fit(recs); err != nil || ps == nil {
+		return nil, nil, nil, err
+	}
+	ranked = ps.ranked()
+	slack, err := m.fitSlack(recs)
+	if err != nil || slack == nil {
+		return ps, ranked, nil, err
+	}
+	meets = map[string]float64{}
+	value := map[string]float64{}
+	for _, c := range ranked {
+		meets[c.key] = slack.logMeets(c.key)
+		value[c.key] = ps.estimate(c) + meets[c.key]
+	}
+	slices.SortStableFunc(ranked, func(a, b *measuredConfig) int { return cmpFloat(value[b.key], value[a.key]) })
+	return ps, ranked, meets, nil
 }
 
 // flagCount is how many engine flags a trial's config sets beyond the
@@ -515,7 +536,7 @@ func DeclareFrom(st *space.Study, recs []Record) (w Winner, ok bool, err error) 
 // declareAmong is DeclareFrom with the incumbent taken among the config
 // keys in among (nil: all).
 func declareAmong(st *space.Study, recs []Record, among map[string]bool) (w Winner, ok bool, err error) {
-	ps, err := fitRecords(st, recs)
+	ps, ranked, meets, err := rankRecords(st, recs)
 	if err != nil {
 		return Winner{}, false, err
 	}
@@ -526,23 +547,31 @@ func declareAmong(st *space.Study, recs []Record, among map[string]bool) (w Winn
 		base = &c
 	}
 	var cands []Candidate
-	var ranked []*measuredConfig
 	lead := ""
-	if ps != nil {
-		ranked = ps.ranked()
-		if among != nil {
-			ranked = slices.DeleteFunc(ranked, func(c *measuredConfig) bool { return !among[c.key] })
-		}
+	if among != nil {
+		ranked = slices.DeleteFunc(ranked, func(c *measuredConfig) bool { return !among[c.key] })
 	}
 	if len(ranked) > 0 {
 		inc := ranked[0]
 		if base == nil || inc.key != b.ConfigKey {
 			c := candidateOf(st, inc.key, recs)
 			cands = append(cands, c)
-			lead = fmt.Sprintf("highest estimated score: pooled %.1f over %s, estimated %.1f from them and %d similar config(s)",
-				c.Pooled, runs(len(c.Runs)), math.Exp(ps.estimate(inc)), len(ranked)-1)
+			// chance says, with an SLO, how likely a config's next run
+			// meets it: the ranking weighs the score by it.
+			chance := func(c *measuredConfig) string {
+				if meets == nil {
+					return ""
+				}
+				return fmt.Sprintf(", meeting the SLO on %.0f%% of runs", 100*math.Exp(meets[c.key]))
+			}
+			what := "highest estimated score"
+			if meets != nil {
+				what += " where the SLO holds"
+			}
+			lead = fmt.Sprintf("%s: pooled %.1f over %s, estimated %.1f from them and %d similar config(s)%s",
+				what, c.Pooled, runs(len(c.Runs)), math.Exp(ps.estimate(inc)), len(ranked)-1, chance(inc))
 			if len(ranked) > 1 {
-				lead += fmt.Sprintf("; the next, trial %d, estimated %.1f", ranked[1].first.Number, math.Exp(ps.estimate(ranked[1])))
+				lead += fmt.Sprintf("; the next, trial %d, estimated %.1f%s", ranked[1].first.Number, math.Exp(ps.estimate(ranked[1])), chance(ranked[1]))
 			}
 		}
 	}

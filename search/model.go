@@ -10,6 +10,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/sgtune/sgtune/objective"
 	"github.com/sgtune/sgtune/space"
 )
 
@@ -26,8 +27,13 @@ import (
 //     the spread between runs of one config the study has measured: on a
 //     real machine launches disagree more than repeats inside one launch.
 //   - Feasibility: the crash covers of feasible.go, one weight per config.
-//   - The incumbent: the measured config with the highest posterior mean.
-//     It is what the study declares at any moment, whatever its budget.
+//   - The SLO: where the score has one, the same model fitted a second
+//     time, to every complete run's SLO slack (fitSlack), those that met
+//     the SLO and those that missed it; a proposal keeps to the configs
+//     whose drawn slack meets it (slackDraw).
+//   - The incumbent: the measured config with the highest posterior mean
+//     (with an SLO, plus the log of its chance to meet it: logMeets). It
+//     is what the study declares at any moment, whatever its budget.
 //   - Priors: each group of coefficients (main effects, pairs, numbers,
 //     configs' own effects) has a prior spread whose scale the study's own
 //     runs choose (evidenceScales): how much configs differ, and how much
@@ -285,6 +291,10 @@ func (ps *posterior) sd(f int) float64 {
 // intercept (last); a feature no run has keeps its prior.
 type posterior struct {
 	m     *model
+	slack bool           // the values are SLO slacks (fitSlack), not log scores
+	// within is the variance of one run about its config's mean, pooled
+	// over the configs measured more than once (see withinVar).
+	within float64
 	index map[int]int    // feature -> coefficient
 	conf  map[string]int // config key -> coefficient of its own effect
 	mean  *mat.VecDense
@@ -309,7 +319,48 @@ type measuredConfig struct {
 
 // fit fits the model to recs' runs that met the SLO (nil when none did).
 func (m *model) fit(recs []Record) (*posterior, error) {
-	ps := &posterior{m: m, index: map[int]int{}, conf: map[string]int{}, configs: map[string]*measuredConfig{}}
+	var ratios map[int][]float64 // read on the first pruned trial
+	return m.fitTo(recs, false, func(r Record) (y, v float64, ok bool) {
+		switch {
+		case r.State == StateComplete && r.ScoreOK && r.Score != nil && *r.Score > 0:
+			return math.Log(*r.Score), noiseVar(m.st, r), true
+		case r.State == StatePruned:
+			if ratios == nil {
+				ratios = scorePerTokS(recs)
+			}
+			y, ok = prunedScore(r, ratios)
+			return y, noiseVar(m.st, r), ok
+		}
+		return 0, 0, false
+	})
+}
+
+// fitSlack fits the model to the SLO slack of recs' complete runs, those
+// that met the SLO and those that missed it (objective.SLOSlack: at most
+// 0 where every SLO held). It is nil when the score has no SLO of its own
+// to judge or no run measured one. A run that misses the SLO says nothing
+// about the score model, but it says how far its config is from the
+// bound, and so which configs like it will meet it.
+func (m *model) fitSlack(recs []Record) (*posterior, error) {
+	spec := m.st.Score
+	if len(spec.SLO) == 0 || (spec.Metric != "" && spec.Metric != objective.MetricOutputTokS) {
+		return nil, nil
+	}
+	floor := math.Log1p(minNoiseCV * minNoiseCV)
+	return m.fitTo(recs, true, func(r Record) (y, v float64, ok bool) {
+		if r.State != StateComplete {
+			return 0, 0, false
+		}
+		y, ok = objective.SLOSlack(spec, r.Medians())
+		return y, floor, ok
+	})
+}
+
+// fitTo fits the model to the runs obsOf reads a value y from, with
+// noise variance v (nil when it reads none); slack says the values are
+// SLO slacks, not log scores.
+func (m *model) fitTo(recs []Record, slack bool, obsOf func(Record) (y, v float64, ok bool)) (*posterior, error) {
+	ps := &posterior{m: m, slack: slack, index: map[int]int{}, conf: map[string]int{}, configs: map[string]*measuredConfig{}}
 	type obs struct {
 		c *measuredConfig
 		y float64
@@ -317,21 +368,12 @@ func (m *model) fit(recs []Record) (*posterior, error) {
 	}
 	var runs []obs
 	var keys []string
-	var ratios map[int][]float64 // read on the first pruned trial
 	for _, r := range recs {
 		if r.ConfigKey == "" || !r.InSpace() {
 			continue
 		}
-		y, ok, pruned := 0.0, false, r.State == StatePruned
-		switch {
-		case r.State == StateComplete && r.ScoreOK && r.Score != nil && *r.Score > 0:
-			y, ok = math.Log(*r.Score), true
-		case pruned:
-			if ratios == nil {
-				ratios = scorePerTokS(recs)
-			}
-			y, ok = prunedScore(r, ratios)
-		}
+		pruned := r.State == StatePruned
+		y, nv, ok := obsOf(r)
 		if !ok {
 			continue
 		}
@@ -349,12 +391,13 @@ func (m *model) fit(recs []Record) (*posterior, error) {
 		if !pruned {
 			c.scores = append(c.scores, y)
 		}
-		runs = append(runs, obs{c, y, noiseVar(m.st, r)})
+		runs = append(runs, obs{c, y, nv})
 	}
 	if len(runs) == 0 {
 		return nil, nil
 	}
 	within := withinVar(ps.configs)
+	ps.within = within
 	for _, k := range keys {
 		for _, f := range ps.configs[k].feats {
 			if _, ok := ps.index[f]; !ok {
@@ -467,6 +510,21 @@ func (ps *posterior) estimate(c *measuredConfig) float64 {
 	return v
 }
 
+// variance is the posterior variance of a measured config's mean (see
+// estimate).
+func (ps *posterior) variance(c *measuredConfig) float64 {
+	idx, xs := ps.cols(c)
+	x := mat.NewVecDense(ps.mean.Len(), nil)
+	for a, i := range idx {
+		x.SetVec(i, x.AtVec(i)+xs[a])
+	}
+	var u mat.VecDense
+	if err := ps.chol.SolveVecTo(&u, x); err != nil {
+		return math.Inf(1)
+	}
+	return mat.Dot(x, &u)
+}
+
 // ranked returns the measured configs by posterior mean, best first:
 // the first is the incumbent.
 func (ps *posterior) ranked() []*measuredConfig {
@@ -517,9 +575,10 @@ func (ps *posterior) draw(rng *rand.Rand) ([]float64, error) {
 			ps.prior[f] = tsTemper * ps.sd(f) * rng.NormFloat64()
 		}
 	}
-	// A monotone number's slope, measured or not, is at least moreSlope.
+	// A monotone number's slope on the score, measured or not, is at
+	// least moreSlope.
 	for _, num := range ps.m.nums {
-		if !num.more {
+		if !num.more || ps.slack {
 			continue
 		}
 		if i, ok := ps.index[num.feat]; ok {
@@ -597,19 +656,63 @@ func (m *model) propose(recs []Record, seed int64, n int, known map[string]bool,
 	for i, c := range live {
 		weight[i] = cover.logRuns(c.params)
 	}
+	slack, err := m.slackDraw(recs, seed, n, live)
+	if err != nil {
+		return proposal{}, err
+	}
 	if ps == nil {
-		// Nothing measured yet: among the configs most likely to run, one
-		// at random.
-		i, _ := pick(func(i int) float64 { return weight[i] + 1e-6*rng.Float64() })
+		// Nothing met the SLO yet: among the configs most likely to run,
+		// one at random; where runs missed the SLO, the one its drawn
+		// slack puts furthest under the bound.
+		i, _ := pick(func(i int) float64 {
+			if slack != nil {
+				return weight[i] - slack[i]
+			}
+			return weight[i] + 1e-6*rng.Float64()
+		})
 		return at(live, i), nil
 	}
 	theta, err := ps.draw(rng)
 	if err != nil {
 		return proposal{}, err
 	}
-	i, _ := pick(func(i int) float64 { return ps.value(theta, live[i].feats, live[i].xs) + weight[i] })
+	i, _ := pick(func(i int) float64 {
+		v := ps.value(theta, live[i].feats, live[i].xs) + weight[i]
+		if slack != nil && slack[i] > 0 {
+			return missRank - slack[i]
+		}
+		return v
+	})
 	return at(live, i), nil
 }
+
+// slackDraw draws the SLO slack model's coefficients once (fitSlack; from
+// a stream of its own, so the score's draws stay those of a study without
+// an SLO) and returns each live config's drawn slack (nil without an SLO
+// to judge). A proposal takes the best drawn score among the configs the
+// draw says meet the SLO, else the least drawn violation: constrained
+// Thompson sampling (Eriksson and Poloczek, "Scalable Constrained Bayesian
+// Optimization", AISTATS 2021).
+func (m *model) slackDraw(recs []Record, seed int64, n int, live []tsCand) ([]float64, error) {
+	ps, err := m.fitSlack(recs)
+	if err != nil || ps == nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(uint64(seed), uint64(n)^0x736c_6163_6b5f_736c))
+	theta, err := ps.draw(rng)
+	if err != nil {
+		return nil, err
+	}
+	slack := make([]float64, len(live))
+	for i, c := range live {
+		slack[i] = ps.value(theta, c.feats, c.xs)
+	}
+	return slack, nil
+}
+
+// missRank ranks a config whose drawn slack misses the SLO below every
+// value a config that meets it can have.
+const missRank = -1e9
 
 // at is the proposal of live[i] (none for -1).
 func at(live []tsCand, i int) proposal {
@@ -724,4 +827,18 @@ func prunedScore(r Record, ratios map[int][]float64) (float64, bool) {
 		return 0, false
 	}
 	return math.Log(tokS * rs[len(rs)/2]), true
+}
+
+// logMeets is the log of the chance that the next run of the measured
+// config with key meets the SLO, by a slack posterior (fitSlack): its
+// estimated slack against the posterior's spread and a run's noise. A
+// config the posterior has no run of gets 0 (chance 1).
+func (ps *posterior) logMeets(key string) float64 {
+	c, ok := ps.configs[key]
+	if !ok {
+		return 0
+	}
+	sd := math.Sqrt(ps.variance(c) + math.Max(math.Log1p(minNoiseCV*minNoiseCV), ps.within))
+	p := 0.5 * math.Erfc(ps.estimate(c)/(sd*math.Sqrt2))
+	return math.Log(math.Max(p, 1e-300))
 }

@@ -2,6 +2,7 @@ package search
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"strings"
 	"sync"
@@ -170,5 +171,72 @@ func TestPriorScalesFollowTheRuns(t *testing.T) {
 				t.Errorf("main-effect scale %g (all %v), want %g to %g", s, ps.scale, tc.wantLo, tc.wantHi)
 			}
 		})
+	}
+}
+
+// Runs that miss the SLO teach where it is missed. ep=4 configs score
+// half again as much as ep=1 but miss a 1 s TTFT bound (1.15 s), save one
+// that met it once by luck (0.98 s, the study's highest score). The study
+// declares an ep=1 config, which its like configs say meets the SLO, not
+// the lucky one; and proposals go to the ep=1 configs left, not to the
+// last ep=4 config however high its drawn score.
+func TestSLOMissesSteerTheSearch(t *testing.T) {
+	st, _, _ := openFake(t, "score: {metric: output_tok_s, concurrency: 4}",
+		"score: {metric: output_tok_s, concurrency: 4, slo: [{metric: ttft, percentile: p99, max_s: 1}]}")
+	m, err := newModel(st, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	var recs []Record
+	add := func(ep string, slots int, tokS, ttft float64) {
+		p := space.Params{"ep": ep, "slots": slots}
+		cfg, err := st.Resolve(p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := json.Marshal(result(4, tokS, ttft))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := Record{Number: len(recs) + 1, State: StateComplete, Params: p, ConfigKey: configKey(cfg), Result: res}
+		v, ok, why := objective.Score(st.Score, result(4, tokS, ttft))
+		r.Score, r.ScoreOK, r.ScoreReason = &v, ok, why
+		recs = append(recs, r)
+		known[r.ConfigKey] = true
+	}
+	for slots := 64; slots <= 448; slots += 64 {
+		if slots == 128 {
+			add("4", slots, 170, 0.98)
+			continue
+		}
+		add("4", slots, 150+float64(slots)/8, 1.15)
+	}
+	for slots := 64; slots <= 192; slots += 64 {
+		add("1", slots, 100+float64(slots)/8, 0.5)
+	}
+	w, ok, err := DeclareFrom(st, recs)
+	if err != nil || !ok {
+		t.Fatalf("declare: %v %v", ok, err)
+	}
+	if ep := recs[w.Trial-1].Params["ep"]; ep != "1" {
+		t.Errorf("declared trial %d (ep=%v, %s); want an ep=1 config", w.Trial, ep, w.Reason)
+	}
+	if !strings.Contains(w.Reason, "where the SLO holds") || !strings.Contains(w.Reason, "meeting the SLO on") {
+		t.Errorf("reason %q does not say the SLO weighed in", w.Reason)
+	}
+	t.Log(w.Reason)
+	ep1 := 0
+	for n := range 20 {
+		p, err := m.propose(recs, 5, len(recs)+n, known, func(space.Params) bool { return true })
+		if err != nil || p.params == nil {
+			t.Fatalf("proposal %d: %+v, %v", n, p, err)
+		}
+		if p.params["ep"] == 0 {
+			ep1++
+		}
+	}
+	if ep1 < 15 {
+		t.Errorf("%d of 20 proposals with ep=1; want nearly all away from the ep=4 configs that miss the SLO", ep1)
 	}
 }

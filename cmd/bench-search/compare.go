@@ -257,6 +257,9 @@ func (c *comparison) trace(m method, seed int, recs []search.Record, rungs []run
 				score += "!" // missed the SLO or a gate
 			}
 		}
+		if slack, ok := objective.SLOSlack(c.Study.Score, rec.Medians()); ok {
+			score += fmt.Sprintf(" slo %+.2f", slack) // log of the worst SLO statistic over its bound
+		}
 		why := rec.FailureClass
 		if rec.State == search.StateInfeasible || rec.State == search.StatePruned {
 			why = rec.Reason
@@ -268,7 +271,7 @@ func (c *comparison) trace(m method, seed int, recs []search.Record, rungs []run
 		if rec.ConfirmOf != nil {
 			confirm = fmt.Sprintf("(rerun of %d)", *rec.ConfirmOf)
 		}
-		fmt.Fprintf(&b, "  %3d %-10s score %-6s true %-6s %s %s  %s\n", rec.Number, rec.State, score, truth, confirm, paramsLine(rec.Params), why)
+		fmt.Fprintf(&b, "  %3d %-10s score %-16s true %-6s %s %s  %s\n", rec.Number, rec.State, score, truth, confirm, paramsLine(rec.Params), why)
 	}
 	for _, r := range rungs {
 		declared := "nothing"
