@@ -296,17 +296,12 @@ func shortRules(st *space.Study, mem string, lits []literal, params map[string]a
 }
 
 // onStep is the least value of the named param's steps at or above t
-// (t itself for a param without steps); false for no such param.
+// (see space.Param.StepAtOrAbove); false for no such param.
 func onStep(st *space.Study, name string, t float64) (float64, bool) {
-	for _, par := range st.Params {
-		if par.Name != name {
-			continue
+	for i := range st.Params {
+		if st.Params[i].Name == name {
+			return st.Params[i].StepAtOrAbove(t), true
 		}
-		if par.Step <= 0 || t <= par.Low {
-			return t, true
-		}
-		k := math.Ceil((t-par.Low)/par.Step - 1e-9)
-		return math.Round((par.Low+k*par.Step)*1e9) / 1e9, true
 	}
 	return 0, false
 }

@@ -81,6 +81,20 @@ func roundToStep(x, low, step float64) float64 {
 	return v
 }
 
+// StepAtOrAbove is the least value of the param's grid (Low, Low+Step,
+// ...) at or above t, equal to the value a config at that step holds; t
+// itself for a param without a step or a t at or below Low.
+func (p *Param) StepAtOrAbove(t float64) float64 {
+	if p.Step <= 0 || t <= p.Low {
+		return t
+	}
+	// The tolerance keeps a t that is a grid value up to float noise on
+	// that value, not the next.
+	k := math.Ceil((t-p.Low)/p.Step - 1e-9)
+	v, _ := strconv.ParseFloat(formatGrid(p.Low+k*p.Step, p.Low, p.Step), 64)
+	return v
+}
+
 // formatGrid prints x, a value of the grid from low by step, with as many
 // decimals as low or step has, whichever has more: low 0.05 by 0.1 gives
 // 0.05, 0.15, ..., not 0.1 (0.05 rounded to the step's one decimal), 0.2

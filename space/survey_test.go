@@ -224,3 +224,31 @@ func TestFloatGridDecimals(t *testing.T) {
 		})
 	}
 }
+
+// StepAtOrAbove lands on the very value a config at that step holds (the
+// grid's own, float noise trimmed), and a grid value stays itself.
+func TestStepAtOrAbove(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		low, step, t float64
+		want         float64
+	}{
+		{"between steps", 0.80, 0.01, 0.8451, 0.85},
+		{"a step up to float noise", 0.80, 0.01, 0.8 + 7*0.01, 0.87},
+		{"just above a step", 0.80, 0.01, 0.87 + 1e-6, 0.88},
+		{"low finer than step", 0.05, 0.1, 0.3, 0.35},
+		{"below low", 0.78, 0.02, 0.5, 0.5},
+		{"no step", 0.78, 0, 0.8123, 0.8123},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			par := &Param{Name: "f", Type: "float", Low: tc.low, High: 1, Step: tc.step}
+			got := par.StepAtOrAbove(tc.t)
+			if got != tc.want {
+				t.Fatalf("StepAtOrAbove(%v) = %v, want %v", tc.t, got, tc.want)
+			}
+			if tc.step > 0 && tc.t > tc.low && !slices.Contains(par.values(), any(got)) {
+				t.Errorf("%v is not one of the grid's values %v", got, par.values())
+			}
+		})
+	}
+}
