@@ -293,7 +293,7 @@ func topConfigs(st *space.Study, recs []Record, n int) ([]Record, error) {
 // rankRecords fits the model to a study's records (nil when no config met
 // the SLO) and ranks the measured configs by it, best first (see ranked).
 // Where the score has an SLO, a config ranks by its estimated score times
-// its chance to meet the SLO on its next run (see fitSlack and logMeets):
+// its chance to meet the SLO (see fitSlack and logMeets):
 // a score counts only where the SLO holds, so a config on the SLO's edge,
 // which met it once among like configs that missed it, is worth about
 // half its score. meets holds the log of each ranked config's chance
@@ -556,13 +556,13 @@ func declareAmong(st *space.Study, recs []Record, among map[string]bool) (w Winn
 		if base == nil || inc.key != b.ConfigKey {
 			c := candidateOf(st, inc.key, recs)
 			cands = append(cands, c)
-			// chance says, with an SLO, how likely a config's next run
-			// meets it: the ranking weighs the score by it.
+			// chance says, with an SLO, how likely a config meets it:
+			// the ranking weighs the score by it.
 			chance := func(c *measuredConfig) string {
 				if meets == nil {
 					return ""
 				}
-				return fmt.Sprintf(", meeting the SLO on %.0f%% of runs", 100*math.Exp(meets[c.key]))
+				return fmt.Sprintf(", %.0f%% likely to meet the SLO", 100*math.Exp(meets[c.key]))
 			}
 			what := "highest estimated score"
 			if meets != nil {

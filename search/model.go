@@ -292,9 +292,6 @@ func (ps *posterior) sd(f int) float64 {
 type posterior struct {
 	m     *model
 	slack bool           // the values are SLO slacks (fitSlack), not log scores
-	// within is the variance of one run about its config's mean, pooled
-	// over the configs measured more than once (see withinVar).
-	within float64
 	index map[int]int    // feature -> coefficient
 	conf  map[string]int // config key -> coefficient of its own effect
 	mean  *mat.VecDense
@@ -397,7 +394,6 @@ func (m *model) fitTo(recs []Record, slack bool, obsOf func(Record) (y, v float6
 		return nil, nil
 	}
 	within := withinVar(ps.configs)
-	ps.within = within
 	for _, k := range keys {
 		for _, f := range ps.configs[k].feats {
 			if _, ok := ps.index[f]; !ok {
@@ -829,16 +825,18 @@ func prunedScore(r Record, ratios map[int][]float64) (float64, bool) {
 	return math.Log(tokS * rs[len(rs)/2]), true
 }
 
-// logMeets is the log of the chance that the next run of the measured
-// config with key meets the SLO, by a slack posterior (fitSlack): its
-// estimated slack against the posterior's spread and a run's noise. A
-// config the posterior has no run of gets 0 (chance 1).
+// logMeets is the log of the chance that the measured config with key
+// meets the SLO, by a slack posterior (fitSlack): that its mean slack is
+// at most 0, its estimate against the estimate's spread. A run's own noise
+// is left out: a user needs the config to meet the SLO, and one run over
+// the bound in five at a 10% margin says more about the run than the
+// config. A config the posterior has no run of gets 0 (chance 1).
 func (ps *posterior) logMeets(key string) float64 {
 	c, ok := ps.configs[key]
 	if !ok {
 		return 0
 	}
-	sd := math.Sqrt(ps.variance(c) + math.Max(math.Log1p(minNoiseCV*minNoiseCV), ps.within))
+	sd := math.Sqrt(ps.variance(c))
 	p := 0.5 * math.Erfc(ps.estimate(c)/(sd*math.Sqrt2))
 	return math.Log(math.Max(p, 1e-300))
 }

@@ -222,7 +222,7 @@ func TestSLOMissesSteerTheSearch(t *testing.T) {
 	if ep := recs[w.Trial-1].Params["ep"]; ep != "1" {
 		t.Errorf("declared trial %d (ep=%v, %s); want an ep=1 config", w.Trial, ep, w.Reason)
 	}
-	if !strings.Contains(w.Reason, "where the SLO holds") || !strings.Contains(w.Reason, "meeting the SLO on") {
+	if !strings.Contains(w.Reason, "where the SLO holds") || !strings.Contains(w.Reason, "likely to meet the SLO") {
 		t.Errorf("reason %q does not say the SLO weighed in", w.Reason)
 	}
 	t.Log(w.Reason)
