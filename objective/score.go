@@ -61,12 +61,7 @@ func Score(spec ScoreSpec, r *Result) (value float64, ok bool, reason string) {
 		}
 		return float64(conc), true, fmt.Sprintf("capacity c=%d at %.1f tok/s", conc, tokS)
 	}
-	target := spec.Concurrency
-	if target == 0 {
-		for c := range levels {
-			target = max(target, c)
-		}
-	}
+	target := scoredLevel(spec, levels)
 	pts, found := levels[target]
 	if !found {
 		return 0, false, fmt.Sprintf("no point at concurrency %d", target)
@@ -186,6 +181,19 @@ func sloViolation(slos []SLO, pts []Point) string {
 	return strings.Join(bad, ", ")
 }
 
+// scoredLevel is the concurrency an output_tok_s score is read at: the
+// spec's, else the highest level measured.
+func scoredLevel[V any](spec ScoreSpec, levels map[int]V) int {
+	if spec.Concurrency > 0 {
+		return spec.Concurrency
+	}
+	target := 0
+	for c := range levels {
+		target = max(target, c)
+	}
+	return target
+}
+
 // SLOSlack is how far an output_tok_s score's SLOs are from their
 // bounds at the scored level, read from a run's stored medians (Medians):
 // the largest over the SLOs of log(v / max_s), v the median over repeats
@@ -198,13 +206,7 @@ func SLOSlack(spec ScoreSpec, meds map[int]Median) (slack float64, ok bool) {
 	if len(spec.SLO) == 0 || (spec.Metric != "" && spec.Metric != MetricOutputTokS) || spec.Validate() != nil {
 		return 0, false
 	}
-	target := spec.Concurrency
-	if target == 0 {
-		for c := range meds {
-			target = max(target, c)
-		}
-	}
-	m, found := meds[target]
+	m, found := meds[scoredLevel(spec, meds)]
 	if !found || m.Repeats == 0 {
 		return 0, false
 	}
