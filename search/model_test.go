@@ -240,3 +240,49 @@ func TestSLOMissesSteerTheSearch(t *testing.T) {
 		t.Errorf("%d of 20 proposals with ep=1; want nearly all away from the ep=4 configs that miss the SLO", ep1)
 	}
 }
+
+// Before any run meets the SLO there is no score to draw, but the runs
+// that missed it say which configs came nearer: with ep=4 runs twice over
+// a 1 s TTFT bound and an ep=1 run 20% over, proposals go to the ep=1
+// configs left, not to either family at random.
+func TestNearestMissLeadsBeforeAnyRunMeetsTheSLO(t *testing.T) {
+	st, _, _ := openFake(t, "score: {metric: output_tok_s, concurrency: 4}",
+		"score: {metric: output_tok_s, concurrency: 4, slo: [{metric: ttft, percentile: p99, max_s: 1}]}")
+	m, err := newModel(st, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	var recs []Record
+	add := func(ep string, slots int, ttft float64) {
+		p := space.Params{"ep": ep, "slots": slots}
+		cfg, err := st.Resolve(p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := json.Marshal(result(4, 100, ttft))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, ok, why := objective.Score(st.Score, result(4, 100, ttft))
+		recs = append(recs, Record{Number: len(recs) + 1, State: StateComplete, Params: p, ConfigKey: configKey(cfg),
+			Result: res, Score: &v, ScoreOK: ok, ScoreReason: why})
+		known[configKey(cfg)] = true
+	}
+	add("4", 64, 2)
+	add("4", 128, 2)
+	add("1", 64, 1.2)
+	ep1 := 0
+	for n := range 20 {
+		p, err := m.propose(recs, 5, len(recs)+n, known, func(space.Params) bool { return true })
+		if err != nil || p.params == nil {
+			t.Fatalf("proposal %d: %+v, %v", n, p, err)
+		}
+		if p.params["ep"] == 0 {
+			ep1++
+		}
+	}
+	if ep1 < 17 {
+		t.Errorf("%d of 20 proposals with ep=1; want nearly all where the runs came nearest the SLO", ep1)
+	}
+}
