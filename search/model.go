@@ -673,11 +673,10 @@ func (m *model) propose(recs []Record, seed int64, n int, known map[string]bool,
 		return proposal{}, err
 	}
 	i, _ := pick(func(i int) float64 {
-		v := ps.value(theta, live[i].feats, live[i].xs) + weight[i]
 		if slack != nil && slack[i] > 0 {
 			return missRank - slack[i]
 		}
-		return v
+		return ps.value(theta, live[i].feats, live[i].xs) + weight[i]
 	})
 	return at(live, i), nil
 }
