@@ -29,12 +29,18 @@ func sweep(levels map[int][3][2]float64) *Result {
 	return r
 }
 
-func TestScore(t *testing.T) {
-	base := sweep(map[int][3][2]float64{
+// threeLevels is a sweep at concurrency 1, 16 and 64: median tok/s 51,
+// 510 and 1550, median TTFT p99 0.1, 0.6 and 1.8 s.
+func threeLevels() *Result {
+	return sweep(map[int][3][2]float64{
 		1:  {{50, 0.1}, {52, 0.1}, {51, 0.2}},
 		16: {{500, 0.5}, {520, 0.6}, {510, 0.7}},
 		64: {{1500, 1.5}, {1600, 2.5}, {1550, 1.8}},
 	})
+}
+
+func TestScore(t *testing.T) {
+	base := threeLevels()
 	failedGate := *base
 	failedGate.Quality = &Quality{Before: &QualityCheck{Pass: true}, After: &QualityCheck{Pass: false, Summary: QualitySummary{JSON: "12/24", Tool: "0/8"}}}
 	failedLevel := sweep(map[int][3][2]float64{16: {{500, 0.5}, {520, 0.6}, {510, 0.7}}})
@@ -84,10 +90,7 @@ func TestScore(t *testing.T) {
 // when Score finds the SLOs held, and measures the worst SLO's distance
 // from its bound.
 func TestSLOSlack(t *testing.T) {
-	base := sweep(map[int][3][2]float64{
-		16: {{500, 0.5}, {520, 0.6}, {510, 0.7}},
-		64: {{1500, 1.5}, {1600, 2.5}, {1550, 1.8}},
-	})
+	base := threeLevels()
 	ttft := func(max float64) []SLO { return []SLO{{Metric: "ttft", Percentile: "p99", Max: max}} }
 	tests := []struct {
 		name string

@@ -174,6 +174,59 @@ func TestPriorScalesFollowTheRuns(t *testing.T) {
 	}
 }
 
+// sloStudy is the unit study scored with a 1 s TTFT p99 SLO, its model,
+// and the complete runs a test adds.
+type sloStudy struct {
+	t     *testing.T
+	st    *space.Study
+	m     *model
+	recs  []Record
+	known map[string]bool
+}
+
+func newSLOStudy(t *testing.T) *sloStudy {
+	st, _, _ := openFake(t, "score: {metric: output_tok_s, concurrency: 4}",
+		"score: {metric: output_tok_s, concurrency: 4, slo: [{metric: ttft, percentile: p99, max_s: 1}]}")
+	m, err := newModel(st, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &sloStudy{t: t, st: st, m: m, known: map[string]bool{}}
+}
+
+// add stores a complete run of ep and slots that measured tokS at a TTFT
+// p99 of ttft seconds, scored as the study scores it.
+func (s *sloStudy) add(ep string, slots int, tokS, ttft float64) {
+	p := space.Params{"ep": ep, "slots": slots}
+	cfg, err := s.st.Resolve(p, nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	res, err := json.Marshal(result(4, tokS, ttft))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	v, ok, why := objective.Score(s.st.Score, result(4, tokS, ttft))
+	s.recs = append(s.recs, Record{Number: len(s.recs) + 1, State: StateComplete, Params: p, ConfigKey: configKey(cfg),
+		Result: res, Score: &v, ScoreOK: ok, ScoreReason: why})
+	s.known[configKey(cfg)] = true
+}
+
+// ep1Proposals counts the proposals with ep=1 among the next n.
+func (s *sloStudy) ep1Proposals(n int) int {
+	ep1 := 0
+	for k := range n {
+		p, err := s.m.propose(s.recs, 5, len(s.recs)+k, s.known, func(space.Params) bool { return true })
+		if err != nil || p.params == nil {
+			s.t.Fatalf("proposal %d: %+v, %v", k, p, err)
+		}
+		if p.params["ep"] == 0 {
+			ep1++
+		}
+	}
+	return ep1
+}
+
 // Runs that miss the SLO teach where it is missed. ep=4 configs score
 // half again as much as ep=1 but miss a 1 s TTFT bound (1.15 s), save one
 // that met it once by luck (0.98 s, the study's highest score). The study
@@ -181,62 +234,29 @@ func TestPriorScalesFollowTheRuns(t *testing.T) {
 // the lucky one; and proposals go to the ep=1 configs left, not to the
 // last ep=4 config however high its drawn score.
 func TestSLOMissesSteerTheSearch(t *testing.T) {
-	st, _, _ := openFake(t, "score: {metric: output_tok_s, concurrency: 4}",
-		"score: {metric: output_tok_s, concurrency: 4, slo: [{metric: ttft, percentile: p99, max_s: 1}]}")
-	m, err := newModel(st, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	known := map[string]bool{}
-	var recs []Record
-	add := func(ep string, slots int, tokS, ttft float64) {
-		p := space.Params{"ep": ep, "slots": slots}
-		cfg, err := st.Resolve(p, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := json.Marshal(result(4, tokS, ttft))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := Record{Number: len(recs) + 1, State: StateComplete, Params: p, ConfigKey: configKey(cfg), Result: res}
-		v, ok, why := objective.Score(st.Score, result(4, tokS, ttft))
-		r.Score, r.ScoreOK, r.ScoreReason = &v, ok, why
-		recs = append(recs, r)
-		known[r.ConfigKey] = true
-	}
+	s := newSLOStudy(t)
 	for slots := 64; slots <= 448; slots += 64 {
 		if slots == 128 {
-			add("4", slots, 170, 0.98)
+			s.add("4", slots, 170, 0.98)
 			continue
 		}
-		add("4", slots, 150+float64(slots)/8, 1.15)
+		s.add("4", slots, 150+float64(slots)/8, 1.15)
 	}
 	for slots := 64; slots <= 192; slots += 64 {
-		add("1", slots, 100+float64(slots)/8, 0.5)
+		s.add("1", slots, 100+float64(slots)/8, 0.5)
 	}
-	w, ok, err := DeclareFrom(st, recs)
+	w, ok, err := DeclareFrom(s.st, s.recs)
 	if err != nil || !ok {
 		t.Fatalf("declare: %v %v", ok, err)
 	}
-	if ep := recs[w.Trial-1].Params["ep"]; ep != "1" {
+	if ep := s.recs[w.Trial-1].Params["ep"]; ep != "1" {
 		t.Errorf("declared trial %d (ep=%v, %s); want an ep=1 config", w.Trial, ep, w.Reason)
 	}
 	if !strings.Contains(w.Reason, "where the SLO holds") || !strings.Contains(w.Reason, "likely to meet the SLO") {
 		t.Errorf("reason %q does not say the SLO weighed in", w.Reason)
 	}
 	t.Log(w.Reason)
-	ep1 := 0
-	for n := range 20 {
-		p, err := m.propose(recs, 5, len(recs)+n, known, func(space.Params) bool { return true })
-		if err != nil || p.params == nil {
-			t.Fatalf("proposal %d: %+v, %v", n, p, err)
-		}
-		if p.params["ep"] == 0 {
-			ep1++
-		}
-	}
-	if ep1 < 15 {
+	if ep1 := s.ep1Proposals(20); ep1 < 15 {
 		t.Errorf("%d of 20 proposals with ep=1; want nearly all away from the ep=4 configs that miss the SLO", ep1)
 	}
 }
@@ -246,43 +266,11 @@ func TestSLOMissesSteerTheSearch(t *testing.T) {
 // a 1 s TTFT bound and an ep=1 run 20% over, proposals go to the ep=1
 // configs left, not to either family at random.
 func TestNearestMissLeadsBeforeAnyRunMeetsTheSLO(t *testing.T) {
-	st, _, _ := openFake(t, "score: {metric: output_tok_s, concurrency: 4}",
-		"score: {metric: output_tok_s, concurrency: 4, slo: [{metric: ttft, percentile: p99, max_s: 1}]}")
-	m, err := newModel(st, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	known := map[string]bool{}
-	var recs []Record
-	add := func(ep string, slots int, ttft float64) {
-		p := space.Params{"ep": ep, "slots": slots}
-		cfg, err := st.Resolve(p, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := json.Marshal(result(4, 100, ttft))
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, ok, why := objective.Score(st.Score, result(4, 100, ttft))
-		recs = append(recs, Record{Number: len(recs) + 1, State: StateComplete, Params: p, ConfigKey: configKey(cfg),
-			Result: res, Score: &v, ScoreOK: ok, ScoreReason: why})
-		known[configKey(cfg)] = true
-	}
-	add("4", 64, 2)
-	add("4", 128, 2)
-	add("1", 64, 1.2)
-	ep1 := 0
-	for n := range 20 {
-		p, err := m.propose(recs, 5, len(recs)+n, known, func(space.Params) bool { return true })
-		if err != nil || p.params == nil {
-			t.Fatalf("proposal %d: %+v, %v", n, p, err)
-		}
-		if p.params["ep"] == 0 {
-			ep1++
-		}
-	}
-	if ep1 < 17 {
+	s := newSLOStudy(t)
+	s.add("4", 64, 100, 2)
+	s.add("4", 128, 100, 2)
+	s.add("1", 64, 100, 1.2)
+	if ep1 := s.ep1Proposals(20); ep1 < 17 {
 		t.Errorf("%d of 20 proposals with ep=1; want nearly all where the runs came nearest the SLO", ep1)
 	}
 }
