@@ -258,8 +258,9 @@ func poolTooSmall(lits []literal, mem string) []literal {
 // says how short its allocation fell: short, a share of the GPU
 // (engine.OOMShortfall); mem names the memory fraction's param. The same
 // config at any fraction from x - short up (x its own; the bound rounded
-// up to the param's step) leaves less than that allocation needs, so an engineer reading the message lowers
-// the fraction that far at once, not a step per crash. The shortfall
+// up to the param's step) leaves less than that allocation needs, so an
+// engineer reading the message lowers the fraction that far at once, not a
+// step per crash. The shortfall
 // holds for the config's prefill chunk and CUDA graph batch (its
 // workspace values, or more); a smaller chunk needs less. So it adds two
 // rules, each as likely as a single value: every fraction from the bound
