@@ -290,8 +290,9 @@ func topConfigs(st *space.Study, recs []Record, n int) ([]Record, error) {
 	return out, nil
 }
 
-// rankRecords fits the model to a study's records (nil when no config met
-// the SLO) and ranks the measured configs by it, best first (see ranked).
+// rankRecords fits the model to a study's records (nil when no run
+// measured a score) and ranks the measured configs a run of which met the
+// SLO by it, best first (see ranked).
 // Where the score has an SLO, a config ranks by its estimated score times
 // its chance to meet the SLO (see fitSlack and logMeets):
 // a score counts only where the SLO holds, so a config on the SLO's edge,

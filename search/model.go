@@ -17,7 +17,8 @@ import (
 // The search's one model (budget.sampler "bayes", the default). It both
 // proposes and declares:
 //
-//   - Score: a Bayesian linear model of a run's log score: one-hot main
+//   - Score: a Bayesian linear model of a run's log score (with an SLO,
+//     its log tok/s whether it met the SLO or not): one-hot main
 //     effects of the discrete params' values, every pairwise product of two
 //     values (with CUDA graphs off, speculative settings behave otherwise
 //     than with them on, and main effects alone put a mediocre family
@@ -32,8 +33,9 @@ import (
 //     the SLO and those that missed it; a proposal keeps to the configs
 //     whose drawn slack meets it (slackDraw).
 //   - The incumbent: the measured config with the highest posterior mean
-//     (with an SLO, plus the log of its chance to meet it: logMeets). It
-//     is what the study declares at any moment, whatever its budget.
+//     (with an SLO, plus the log of its chance to meet it: logMeets),
+//     among those a run of which met the SLO. It is what the study
+//     declares at any moment, whatever its budget.
 //   - Priors: each group of coefficients (main effects, pairs, numbers,
 //     configs' own effects) has a prior spread whose scale the study's own
 //     runs choose (evidenceScales): how much configs differ, and how much
@@ -306,6 +308,9 @@ type measuredConfig struct {
 	// pruned: stopped after a cheap level; its score is the one that
 	// level predicts (see prunedScore), and it is never the incumbent.
 	pruned bool
+	// met: some complete run met the SLO and gates; only such a config
+	// can be the incumbent.
+	met    bool
 	key    string
 	first  Record
 	runs   int
@@ -314,13 +319,24 @@ type measuredConfig struct {
 	scores []float64 // log scores of its runs
 }
 
-// fit fits the model to recs' runs that met the SLO (nil when none did).
+// fit fits the model to recs' runs that met the SLO, and, where the
+// slack model judges the SLO (fitSlack), to the tok/s of those that missed
+// it (nil when no run measured a score). The score of output tok/s under
+// an SLO is the tok/s where the SLO holds: a run that misses it still
+// measured its config's tok/s, and the slack model says where it holds.
 func (m *model) fit(recs []Record) (*posterior, error) {
 	var ratios map[int][]float64 // read on the first pruned trial
+	slo := m.slackJudged()
 	return m.fitTo(recs, false, func(r Record) (y, v float64, ok bool) {
 		switch {
 		case r.State == StateComplete && r.ScoreOK && r.Score != nil && *r.Score > 0:
 			return math.Log(*r.Score), noiseVar(m.st, r), true
+		case slo && r.State == StateComplete && r.Score != nil && *r.Score > 0:
+			// A run that missed the SLO keeps its tok/s as its score
+			// (objective.Score); one that failed a gate scores 0.
+			if s, ok := objective.SLOSlack(m.st.Score, r.Medians()); ok && s > 0 {
+				return math.Log(*r.Score), noiseVar(m.st, r), true
+			}
 		case r.State == StatePruned:
 			if ratios == nil {
 				ratios = scorePerTokS(recs)
@@ -340,7 +356,7 @@ func (m *model) fit(recs []Record) (*posterior, error) {
 // bound, and so which configs like it will meet it.
 func (m *model) fitSlack(recs []Record) (*posterior, error) {
 	spec := m.st.Score
-	if len(spec.SLO) == 0 || (spec.Metric != "" && spec.Metric != objective.MetricOutputTokS) {
+	if !m.slackJudged() {
 		return nil, nil
 	}
 	floor := math.Log1p(minNoiseCV * minNoiseCV)
@@ -351,6 +367,14 @@ func (m *model) fitSlack(recs []Record) (*posterior, error) {
 		y, ok = objective.SLOSlack(spec, r.Medians())
 		return y, floor, ok
 	})
+}
+
+// slackJudged says whether the study's score has an SLO the slack model
+// judges: output tok/s (whose runs that miss the SLO keep their tok/s)
+// with an SLO of its own.
+func (m *model) slackJudged() bool {
+	spec := m.st.Score
+	return len(spec.SLO) > 0 && (spec.Metric == "" || spec.Metric == objective.MetricOutputTokS)
 }
 
 // fitTo fits the model to the runs obsOf reads a value y from, with
@@ -385,6 +409,7 @@ func (m *model) fitTo(recs []Record, slack bool, obsOf func(Record) (y, v float6
 			c.first = r
 		}
 		c.runs++
+		c.met = c.met || (r.State == StateComplete && r.ScoreOK)
 		if !pruned {
 			c.scores = append(c.scores, y)
 		}
@@ -527,7 +552,7 @@ func (ps *posterior) ranked() []*measuredConfig {
 	out := make([]*measuredConfig, 0, len(ps.configs))
 	est := map[string]float64{}
 	for k, c := range ps.configs {
-		if c.pruned {
+		if c.pruned || !c.met {
 			continue
 		}
 		out = append(out, c)
@@ -657,9 +682,9 @@ func (m *model) propose(recs []Record, seed int64, n int, known map[string]bool,
 		return proposal{}, err
 	}
 	if ps == nil {
-		// Nothing met the SLO yet: among the configs most likely to run,
-		// one at random; where runs missed the SLO, the one its drawn
-		// slack puts furthest under the bound.
+		// No run measured a score yet: among the configs most likely to
+		// run, one at random; where runs missed the SLO, the one its
+		// drawn slack puts furthest under the bound.
 		i, _ := pick(func(i int) float64 {
 			if slack != nil {
 				return weight[i] - slack[i]

@@ -212,19 +212,25 @@ func (s *sloStudy) add(ep string, slots int, tokS, ttft float64) {
 	s.known[configKey(cfg)] = true
 }
 
-// ep1Proposals counts the proposals with ep=1 among the next n.
-func (s *sloStudy) ep1Proposals(n int) int {
-	ep1 := 0
+// proposals counts the proposals want accepts among the next n (params
+// in goptuna's internal form: ep=1 is 0).
+func (s *sloStudy) proposals(n int, want func(map[string]float64) bool) int {
+	count := 0
 	for k := range n {
 		p, err := s.m.propose(s.recs, 5, len(s.recs)+k, s.known, func(space.Params) bool { return true })
 		if err != nil || p.params == nil {
 			s.t.Fatalf("proposal %d: %+v, %v", k, p, err)
 		}
-		if p.params["ep"] == 0 {
-			ep1++
+		if want(p.params) {
+			count++
 		}
 	}
-	return ep1
+	return count
+}
+
+// ep1Proposals counts the proposals with ep=1 among the next n.
+func (s *sloStudy) ep1Proposals(n int) int {
+	return s.proposals(n, func(p map[string]float64) bool { return p["ep"] == 0 })
 }
 
 // Runs that miss the SLO teach where it is missed. ep=4 configs score
@@ -272,5 +278,27 @@ func TestNearestMissLeadsBeforeAnyRunMeetsTheSLO(t *testing.T) {
 	s.add("1", 64, 100, 1.2)
 	if ep1 := s.ep1Proposals(20); ep1 < 17 {
 		t.Errorf("%d of 20 proposals with ep=1; want nearly all where the runs came nearest the SLO", ep1)
+	}
+}
+
+// A run that misses the SLO still measured its config's tok/s. ep=4 runs
+// miss a 1 s TTFT bound at every slot count, and say that more slots serve
+// more (100 tok/s at 64 slots, 400 at 448); one ep=1 run, at 64 slots,
+// met it. Proposals go to ep=1 with many slots, where the SLO holds and
+// the tok/s is (18 of 20 at 320 or more; 11 with the missed runs left out
+// of the score), and the study declares the one config that met it.
+func TestMissedRunsTeachTheScore(t *testing.T) {
+	s := newSLOStudy(t)
+	for slots := 64; slots <= 448; slots += 64 {
+		s.add("4", slots, 100+float64(slots-64)*300/384, 1.5)
+	}
+	s.add("1", 64, 100, 0.5)
+	many := s.proposals(20, func(p map[string]float64) bool { return p["ep"] == 0 && p["slots"] >= 320 })
+	if many < 16 {
+		t.Errorf("%d of 20 proposals with ep=1 and at least 320 slots; want most where the missed runs measured the tok/s", many)
+	}
+	w, ok, err := DeclareFrom(s.st, s.recs)
+	if err != nil || !ok || w.Trial != len(s.recs) {
+		t.Errorf("declared trial %d (ok %v, %v), want %d, the only config that met the SLO: %s", w.Trial, ok, err, len(s.recs), w.Reason)
 	}
 }
