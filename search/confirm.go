@@ -569,8 +569,10 @@ func declareAmong(st *space.Study, recs []Record, among map[string]bool) (w Winn
 			if meets != nil {
 				what += " where the SLO holds"
 			}
+			// The estimate reads every measured config's runs, those
+			// that missed the SLO included.
 			lead = fmt.Sprintf("%s: pooled %.1f over %s, estimated %.1f from them and %d similar config(s)%s",
-				what, c.Pooled, runs(len(c.Runs)), math.Exp(ps.estimate(inc)), len(ranked)-1, chance(inc))
+				what, c.Pooled, runs(len(c.Runs)), math.Exp(ps.estimate(inc)), len(ps.configs)-1, chance(inc))
 			if len(ranked) > 1 {
 				lead += fmt.Sprintf("; the next, trial %d, estimated %.1f%s", ranked[1].first.Number, math.Exp(ps.estimate(ranked[1])), chance(ranked[1]))
 			}

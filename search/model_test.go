@@ -286,7 +286,8 @@ func TestNearestMissLeadsBeforeAnyRunMeetsTheSLO(t *testing.T) {
 // more (100 tok/s at 64 slots, 400 at 448); one ep=1 run, at 64 slots,
 // met it. Proposals go to ep=1 with many slots, where the SLO holds and
 // the tok/s is (18 of 20 at 320 or more; 11 with the missed runs left out
-// of the score), and the study declares the one config that met it.
+// of the score), and the study declares the one config that met it, its
+// estimate read from all eight.
 func TestMissedRunsTeachTheScore(t *testing.T) {
 	s := newSLOStudy(t)
 	for slots := 64; slots <= 448; slots += 64 {
@@ -300,5 +301,8 @@ func TestMissedRunsTeachTheScore(t *testing.T) {
 	w, ok, err := DeclareFrom(s.st, s.recs)
 	if err != nil || !ok || w.Trial != len(s.recs) {
 		t.Errorf("declared trial %d (ok %v, %v), want %d, the only config that met the SLO: %s", w.Trial, ok, err, len(s.recs), w.Reason)
+	}
+	if !strings.Contains(w.Reason, "from them and 7 similar config(s)") {
+		t.Errorf("reason %q: want the estimate to read the 7 configs that missed the SLO too", w.Reason)
 	}
 }
