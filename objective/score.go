@@ -203,7 +203,7 @@ func scoredLevel[V any](spec ScoreSpec, levels map[int]V) int {
 // SLO per request or per level), no passed repeat at the scored level, or
 // a percentile the medians do not keep (they keep p50 and p99).
 func SLOSlack(spec ScoreSpec, meds map[int]Median) (slack float64, ok bool) {
-	if len(spec.SLO) == 0 || (spec.Metric != "" && spec.Metric != MetricOutputTokS) || spec.Validate() != nil {
+	if !spec.HasSlack() || spec.Validate() != nil {
 		return 0, false
 	}
 	m, found := meds[scoredLevel(spec, meds)]
@@ -219,6 +219,14 @@ func SLOSlack(spec ScoreSpec, meds map[int]Median) (slack float64, ok bool) {
 		slack = math.Max(slack, math.Log(v/o.Max))
 	}
 	return slack, true
+}
+
+// HasSlack reports whether the score has SLOs of its own that SLOSlack
+// reads: output tok/s with SLOs (goodput, capacity and max_rate judge the
+// SLO per request or per level). Such a score is a run's tok/s where the
+// SLOs hold, and a run that misses them keeps its tok/s (Score).
+func (s ScoreSpec) HasSlack() bool {
+	return len(s.SLO) > 0 && (s.Metric == "" || s.Metric == MetricOutputTokS)
 }
 
 // stat is the median over repeats of an SLO's statistic (false for a

@@ -320,13 +320,13 @@ type measuredConfig struct {
 }
 
 // fit fits the model to recs' runs that met the SLO, and, where the
-// slack model judges the SLO (fitSlack), to the tok/s of those that missed
-// it (nil when no run measured a score). The score of output tok/s under
+// slack model judges the SLO (objective.ScoreSpec.HasSlack), to the tok/s
+// of those that missed it (nil when no run measured a score). The score of output tok/s under
 // an SLO is the tok/s where the SLO holds: a run that misses it still
 // measured its config's tok/s, and the slack model says where it holds.
 func (m *model) fit(recs []Record) (*posterior, error) {
 	var ratios map[int][]float64 // read on the first pruned trial
-	slo := m.slackJudged()
+	slo := m.st.Score.HasSlack()
 	return m.fitTo(recs, false, func(r Record) (y, v float64, ok bool) {
 		switch {
 		case r.State == StateComplete && r.ScoreOK && r.Score != nil && *r.Score > 0:
@@ -356,7 +356,7 @@ func (m *model) fit(recs []Record) (*posterior, error) {
 // bound, and so which configs like it will meet it.
 func (m *model) fitSlack(recs []Record) (*posterior, error) {
 	spec := m.st.Score
-	if !m.slackJudged() {
+	if !spec.HasSlack() {
 		return nil, nil
 	}
 	floor := math.Log1p(minNoiseCV * minNoiseCV)
@@ -367,14 +367,6 @@ func (m *model) fitSlack(recs []Record) (*posterior, error) {
 		y, ok = objective.SLOSlack(spec, r.Medians())
 		return y, floor, ok
 	})
-}
-
-// slackJudged says whether the study's score has an SLO the slack model
-// judges: output tok/s (whose runs that miss the SLO keep their tok/s)
-// with an SLO of its own.
-func (m *model) slackJudged() bool {
-	spec := m.st.Score
-	return len(spec.SLO) > 0 && (spec.Metric == "" || spec.Metric == objective.MetricOutputTokS)
 }
 
 // fitTo fits the model to the runs obsOf reads a value y from, with
